@@ -1,0 +1,1 @@
+"""Dex for Python SDK."""

@@ -1,0 +1,486 @@
+"""Wire types shared by the SDK and the server, so the two sides cannot drift.
+
+Every value a user defines (Step input, Attribute values, Channel messages, RPC input and
+output) travels as raw canonical JSON (``msgspec.Raw``): the server stores and forwards it
+without decoding. Values larger than the blob threshold travel in tasks as blob references
+(``Task.blob_refs``) that the Worker resolves through ``GET /v1/blobs/{hash}`` and its
+blob cache.
+
+Physical state names: an Attribute or Channel is named by its declared name; an
+AttributeMap or ChannelMap instance by ``"<name>/<url-quoted key>"``.
+
+Transport:
+
+* Clients use HTTP/JSON under ``/v1`` (see ``ApiError`` for failures).
+* Workers open one WebSocket at ``/v1/worker``; frames are JSON objects of the tagged
+  unions ``WorkerFrame`` (Worker to server) and ``ServerFrame`` (server to Worker). One
+  connection carries many tasks at once, keyed by ``task_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from msgspec import Raw, Struct
+
+PROTOCOL_VERSION = 1
+
+# --------------------------------------------------------------------------- definitions
+
+
+class RetryPolicySpec(Struct, kw_only=True, omit_defaults=True):
+    """Retry policy of one Step method; ``None`` fields take the server defaults."""
+
+    initial_interval_s: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval_s: float = 100.0
+    maximum_attempts: int | None = None  # None: unlimited (bounded by total_duration_s)
+    total_duration_s: float | None = 4 * 3600.0
+
+
+class LoadSpec(Struct, kw_only=True, omit_defaults=True):
+    """State a method (or RPC) asks to receive beyond the always-loaded singletons."""
+
+    attribute_maps: list[str] = []  # declared map names: every instance
+    attribute_map_instances: list[str] = []  # physical names "<map>/<quoted key>"
+    channels: list[str] = []  # Channel names: pending messages
+    channel_maps: list[str] = []  # ChannelMap names: every instance's pending messages
+    channel_map_instances: list[str] = []  # physical names
+
+
+class StepOptionsSpec(Struct, kw_only=True, omit_defaults=True):
+    """Resolved options of a Step type, or a per-movement override (replaces them whole)."""
+
+    wait_for_timeout_s: float = 7200.0
+    execute_timeout_s: float = 7200.0
+    heartbeat_timeout_s: float | None = None  # None: no heartbeat timeout
+    wait_for_retry: RetryPolicySpec = msgspec.field(default_factory=RetryPolicySpec)
+    execute_retry: RetryPolicySpec = msgspec.field(default_factory=RetryPolicySpec)
+    wait_for_failure_proceed: bool = False  # PROCEED: run execute with wait_for_method_failed
+    execute_failure_step: str | None = None  # recovery Step type
+    execute_failure_options: StepOptionsSpec | None = None
+    wait_for_durability: Literal["default", "sync", "async"] = "default"
+    execute_durability: Literal["default", "sync", "async"] = "default"
+    wait_for_locks: list[str] = []  # physical Attribute / map-instance names
+    execute_locks: list[str] = []
+    wait_for_loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
+    execute_loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
+
+
+class StepSpec(Struct, kw_only=True, omit_defaults=True):
+    step_type: str
+    has_wait_for: bool = False
+    options: StepOptionsSpec = msgspec.field(default_factory=StepOptionsSpec)
+
+
+class RpcSpec(Struct, kw_only=True, omit_defaults=True):
+    name: str
+    is_transactional: bool = False
+    locks: list[str] = []
+    loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
+    timeout_s: float = 60.0
+    has_input: bool = False
+
+
+class StateDecl(Struct, kw_only=True, omit_defaults=True):
+    """One declared persistence name."""
+
+    name: str
+    kind: Literal["attribute", "attribute_map", "channel", "channel_map", "stream"]
+    stream_capacity_bytes: int | None = None
+
+
+class FlowSpec(Struct, kw_only=True, omit_defaults=True):
+    """What the server needs to run a Flow type without running user code itself."""
+
+    flow_type: str
+    start_step: str | None = None
+    steps: list[StepSpec] = []
+    rpcs: list[RpcSpec] = []
+    state: list[StateDecl] = []
+
+
+# --------------------------------------------------------------------------- waits, decisions
+
+
+class ConditionSpec(Struct, kw_only=True, omit_defaults=True):
+    """One Wait condition. ``kind="timer"`` uses duration_s or fire_at (unix seconds)."""
+
+    kind: Literal["timer", "channel"]
+    condition_id: str | None = None
+    duration_s: float | None = None
+    fire_at: float | None = None
+    channel: str | None = None  # physical Channel name
+    min_count: int = 1
+    max_count: int | None = 1  # None: unbounded (at_least)
+
+
+class WaitSpec(Struct, kw_only=True, omit_defaults=True):
+    mode: Literal["all", "any", "skip"] = "all"
+    conditions: list[ConditionSpec] = []
+
+
+class Movement(Struct, kw_only=True, omit_defaults=True):
+    step_type: str
+    input: Raw | None = None
+    options: StepOptionsSpec | None = None
+
+
+class DecisionSpec(Struct, kw_only=True, omit_defaults=True):
+    kind: Literal["go_to", "graceful_complete", "force_complete", "force_fail", "dead_end"]
+    movements: list[Movement] = []
+    output: Raw | None = None
+    reason: str | None = None
+    cancel_steps: list[str] = []
+    cancel_sibling_steps: list[str] = []
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class ChannelMessageWire(Struct, kw_only=True):
+    message_id: str
+    value: Raw
+
+
+class ConditionResultsWire(Struct, kw_only=True, omit_defaults=True):
+    """Outcome of a satisfied Wait, in the order the Wait declared its conditions."""
+
+    timers_fired: list[bool] = []  # one per timer condition, declaration order
+    channel_values: list[list[Raw]] = []  # one list per channel condition, declaration order
+    channel_names: list[str] = []  # physical channel of each channel condition
+
+
+class RecoveryErrorWire(Struct, kw_only=True):
+    detail: str
+    error_type: str
+
+
+class Task(Struct, kw_only=True, omit_defaults=True):
+    """One handler invocation sent to a Worker."""
+
+    task_id: str
+    kind: Literal["wait_for", "execute", "rpc"]
+    flow_type: str
+    flow_id: str
+    run_id: str
+    step_type: str | None = None
+    step_execution_id: str | None = None
+    from_step_execution_id: str | None = None
+    rpc_name: str | None = None
+    attempt: int = 1
+    first_attempt_at: float = 0.0
+    deadline: float = 0.0  # unix seconds
+    heartbeat_timeout_s: float | None = None
+    input: Raw | None = None
+    attributes: dict[str, Raw] = {}  # physical name -> value; absent means unset
+    blob_refs: dict[str, str] = {}  # physical name -> blob hash, for offloaded values
+    input_blob: str | None = None  # blob hash when the input itself was offloaded
+    loaded_maps: list[str] = []  # maps loaded whole (key listing allowed)
+    loaded_map_instances: list[str] = []  # physical names requested (absent = unset)
+    channel_sizes: dict[str, int] = {}  # physical name -> pending count (non-empty only)
+    pending_messages: dict[str, list[ChannelMessageWire]] = {}  # loaded channels only
+    loaded_channels: list[str] = []  # physical names or map names whose messages are loaded
+    condition_results: ConditionResultsWire | None = None
+    recovery_error: RecoveryErrorWire | None = None
+    wait_for_failed: bool = False
+    locals: dict[str, Raw] = {}
+    last_heartbeat_value: Raw | None = None
+
+
+class ErrorInfo(Struct, kw_only=True, omit_defaults=True):
+    error_type: str
+    message: str
+    stack: str | None = None
+    retry_after_s: float | None = None
+    non_retryable: bool = False
+
+
+class ChannelDelete(Struct, kw_only=True):
+    channel: str
+    message_id: str
+
+
+class Publish(Struct, kw_only=True):
+    channel: str
+    value: Raw
+
+
+class RecordedEvent(Struct, kw_only=True):
+    name: str
+    value: Raw | None = None
+
+
+class TaskResult(Struct, kw_only=True, omit_defaults=True):
+    """The one final outcome of a task: an error, or effects plus a Wait/decision/output."""
+
+    task_id: str
+    error: ErrorInfo | None = None
+    attribute_writes: dict[str, Raw | None] = {}  # None deletes
+    publishes: list[Publish] = []
+    channel_deletes: list[ChannelDelete] = []
+    locals: dict[str, Raw] = {}
+    events: list[RecordedEvent] = []
+    wait: WaitSpec | None = None  # wait_for result
+    decision: DecisionSpec | None = None  # execute result
+    rpc_output: Raw | None = None
+    rpc_movements: list[Movement] = []
+    rpc_cancel_steps: list[str] = []
+
+
+# --------------------------------------------------------------------------- worker stream
+
+
+class Register(Struct, tag="register", kw_only=True):
+    app_worker_id: str
+    flows: list[FlowSpec]
+    max_concurrent_tasks: int
+    reserved_rpc_tasks: int
+    sdk_version: str = ""
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Heartbeat(Struct, tag="heartbeat", kw_only=True, omit_defaults=True):
+    """Liveness of one task. ``durable=True`` asks the server to commit "started" and ack."""
+
+    task_id: str
+    value: Raw | None = None
+    has_value: bool = False
+    durable: bool = False
+    seq: int = 0
+
+
+class StreamWrite(Struct, tag="stream_write", kw_only=True):
+    task_id: str
+    stream: str
+    value: Raw
+
+
+class ResultFrame(Struct, tag="result", kw_only=True):
+    result: TaskResult
+
+
+class Reject(Struct, tag="reject", kw_only=True):
+    task_id: str
+    reason: Literal["no_capacity", "unknown_name", "stopping"]
+
+
+WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject
+
+
+class Registered(Struct, tag="registered", kw_only=True):
+    server_version: str
+    blob_threshold_bytes: int
+
+
+class TaskFrame(Struct, tag="task", kw_only=True):
+    task: Task
+
+
+class HeartbeatAck(Struct, tag="heartbeat_ack", kw_only=True):
+    task_id: str
+    seq: int
+
+
+class CancelTask(Struct, tag="cancel_task", kw_only=True):
+    task_id: str
+    reason: str = ""
+
+
+class RegisterRejected(Struct, tag="register_rejected", kw_only=True):
+    code: str
+    message: str
+
+
+ServerFrame = Registered | TaskFrame | HeartbeatAck | CancelTask | RegisterRejected
+
+# --------------------------------------------------------------------------- client API
+
+
+class InitialAttribute(Struct, kw_only=True):
+    name: str  # physical name
+    value: Raw
+
+
+class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
+    flow_type: str
+    flow_id: str
+    spec: FlowSpec
+    input: Raw | None = None
+    id_reuse_policy: Literal[
+        "default",
+        "allow_if_previous_failed",
+        "allow_if_not_running",
+        "disallow",
+        "allow_terminate_if_running",
+    ] = "default"
+    request_id: str = ""
+    ignore_already_started: bool = False
+    initial_attributes: list[InitialAttribute] = []
+    start_delay_s: float | None = None
+
+
+class StartFlowResponse(Struct, kw_only=True):
+    run_id: str
+
+
+class InvokeRpcRequest(Struct, kw_only=True, omit_defaults=True):
+    rpc_name: str
+    input: Raw | None = None
+    run_id: str = ""
+    timeout_s: float | None = None
+    extra_loads: LoadSpec | None = None
+    extra_locks: list[str] = []
+
+
+class InvokeRpcResponse(Struct, kw_only=True, omit_defaults=True):
+    output: Raw | None = None
+
+
+class StopFlowRequest(Struct, kw_only=True, omit_defaults=True):
+    type: Literal["cancel", "terminate", "fail"] = "cancel"
+    reason: str | None = None
+
+
+class FlowInfoWire(Struct, kw_only=True, omit_defaults=True):
+    flow_id: str
+    run_id: str
+    flow_type: str
+    status: Literal["running", "completed", "failed", "canceled", "terminated"]
+    started_at: float
+    closed_at: float | None = None
+
+
+class CompletionWire(Struct, kw_only=True, omit_defaults=True):
+    step_type: str
+    step_execution_id: str
+    output: Raw | None = None
+
+
+class FlowResultWire(Struct, kw_only=True, omit_defaults=True):
+    status: Literal["running", "completed", "failed", "canceled", "terminated"]
+    error_type: str | None = None
+    error_message: str | None = None
+    completions: list[CompletionWire] = []
+
+
+class FlowListResponse(Struct, kw_only=True, omit_defaults=True):
+    flows: list[FlowInfoWire]
+    next_page_token: str | None = None
+
+
+class HistoryEventWire(Struct, kw_only=True, omit_defaults=True):
+    """One semantic history event; ``type`` is a name of spec section 7.1."""
+
+    event_id: int
+    event_time: float
+    type: str
+    payload: Raw
+
+
+class HistoryPage(Struct, kw_only=True, omit_defaults=True):
+    flow_id: str
+    run_id: str
+    events: list[HistoryEventWire]
+    next_page_token: str | None = None
+
+
+class ActiveStepWire(Struct, kw_only=True, omit_defaults=True):
+    step_execution_id: str
+    step_type: str
+    from_step_execution_id: str
+    phase: str  # queued_wait_for, running_wait_for, waiting, queued_execute, running_execute
+    attempt: int = 1
+    last_failure: ErrorInfo | None = None
+
+
+class FlowStateWire(Struct, kw_only=True, omit_defaults=True):
+    info: FlowInfoWire
+    active_steps: list[ActiveStepWire] = []
+    channel_sizes: dict[str, int] = {}
+    attribute_names: list[str] = []
+
+
+class StreamWriteRequest(Struct, kw_only=True):
+    source: str
+    value: Raw
+
+
+class StreamMessageWire(Struct, kw_only=True):
+    value: Raw
+    resume_token: str
+    created_time: float
+    source: str
+
+
+class StreamReadResponse(Struct, kw_only=True, omit_defaults=True):
+    message: StreamMessageWire | None = None  # None: long poll timed out
+
+
+class StreamListResponse(Struct, kw_only=True, omit_defaults=True):
+    messages: list[StreamMessageWire]
+    before_page_token: str | None = None
+
+
+class HealthResponse(Struct, kw_only=True):
+    ok: bool
+    version: str
+    store: str
+
+
+class ApiError(Struct, kw_only=True, omit_defaults=True):
+    """Body of every non-2xx response. ``code`` is one of ``ErrorCode``."""
+
+    code: str
+    message: str
+    detail: str | None = None
+    flow_id: str | None = None
+    retryable: bool = False
+
+
+class ErrorCode:
+    """Stable error codes shared by the HTTP API and the SDK exceptions."""
+
+    BAD_REQUEST = "BAD_REQUEST"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FLOW_ALREADY_STARTED = "FLOW_ALREADY_STARTED"
+    FLOW_NOT_FOUND = "FLOW_NOT_FOUND"
+    FLOW_NOT_ACTIVE = "FLOW_NOT_ACTIVE"
+    FLOW_CLOSING = "FLOW_CLOSING"
+    UNKNOWN_FLOW_TYPE = "UNKNOWN_FLOW_TYPE"
+    UNKNOWN_RPC = "UNKNOWN_RPC"
+    WORKER_API_ERROR = "WORKER_API_ERROR"
+    NO_WORKER_AVAILABLE = "NO_WORKER_AVAILABLE"
+    RPC_LOCK_CONFLICT = "RPC_LOCK_CONFLICT"
+    LONG_POLL_TIMEOUT = "LONG_POLL_TIMEOUT"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    CHANNEL_MESSAGE_NOT_FOUND = "CHANNEL_MESSAGE_NOT_FOUND"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
+
+
+HTTP_STATUS: dict[str, int] = {
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.FLOW_ALREADY_STARTED: 409,
+    ErrorCode.FLOW_NOT_FOUND: 404,
+    ErrorCode.FLOW_NOT_ACTIVE: 412,
+    ErrorCode.FLOW_CLOSING: 412,
+    ErrorCode.UNKNOWN_FLOW_TYPE: 400,
+    ErrorCode.UNKNOWN_RPC: 400,
+    ErrorCode.WORKER_API_ERROR: 422,
+    ErrorCode.NO_WORKER_AVAILABLE: 503,
+    ErrorCode.RPC_LOCK_CONFLICT: 409,
+    ErrorCode.LONG_POLL_TIMEOUT: 408,
+    ErrorCode.REQUEST_TIMEOUT: 504,
+    ErrorCode.CHANNEL_MESSAGE_NOT_FOUND: 404,
+    ErrorCode.LIMIT_EXCEEDED: 413,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+worker_frame_decoder: msgspec.json.Decoder[WorkerFrame] = msgspec.json.Decoder(WorkerFrame)
+server_frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
+encoder = msgspec.json.Encoder()

@@ -1,0 +1,2 @@
+def main() -> None:
+    """Run the CLI."""
