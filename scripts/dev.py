@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The front door of the repository: run the demo or the whole test suite.
+
+Usage::
+
+    python3 scripts/dev.py demo    # run the main example against an embedded server
+    python3 scripts/dev.py test    # lint, type-check and test every package
+
+Standard library only, so it runs on a fresh machine with nothing but Python 3.11+. It makes
+sure ``uv`` is available (installing it with ``pip --user``, or into a private virtual
+environment ``.dex-tools/`` when that is not allowed), installs the locked dependencies with
+``uv sync --locked``, then does the work. Exits non-zero when anything fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS_DIR = ROOT / ".dex-tools"
+
+
+def _say(message: str) -> None:
+    print(f"[dev] {message}", flush=True)
+
+
+def _user_bin_dirs() -> list[Path]:
+    # Where `pip install --user` puts console scripts on Linux/macOS and on Windows.
+    import site
+    import sysconfig
+
+    dirs = [Path(site.getuserbase()) / "bin"]
+    try:
+        dirs.append(Path(sysconfig.get_path("scripts", f"{os.name}_user")))
+    except KeyError:
+        pass
+    return dirs
+
+
+def _find_uv() -> str | None:
+    found = shutil.which("uv")
+    if found:
+        return found
+    candidates = [d / "uv" for d in _user_bin_dirs()]
+    candidates.append(TOOLS_DIR / ("Scripts" if os.name == "nt" else "bin") / "uv")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def ensure_uv() -> str:
+    """Return the path of a working ``uv``, installing it first if needed."""
+    found = _find_uv()
+    if found:
+        return found
+    _say("uv not found: installing it with `python3 -m pip install --user uv`")
+    pip_user = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--user", "--quiet", "uv"], check=False
+    )
+    found = _find_uv() if pip_user.returncode == 0 else None
+    if found:
+        return found
+    _say(f"installing uv into a private virtual environment {TOOLS_DIR.name}/")
+    venv.EnvBuilder(with_pip=True, clear=True).create(TOOLS_DIR)
+    tools_python = TOOLS_DIR / ("Scripts" if os.name == "nt" else "bin") / "python"
+    subprocess.run([str(tools_python), "-m", "pip", "install", "--quiet", "uv"], check=True)
+    found = _find_uv()
+    if not found:
+        raise SystemExit("[dev] could not install uv; see https://docs.astral.sh/uv/")
+    return found
+
+
+def _run(cmd: Sequence[str]) -> int:
+    _say("$ " + " ".join(cmd))
+    return subprocess.run(list(cmd), cwd=ROOT, check=False).returncode
+
+
+def sync(uv: str) -> None:
+    """Install the locked dependencies of the whole workspace."""
+    if _run([uv, "sync", "--locked"]) != 0:
+        raise SystemExit("[dev] `uv sync --locked` failed")
+
+
+def demo_hello_flow(uv: str) -> int:
+    """Run ``examples/hello_flow``: a Flow that survives a Worker killed mid-Step."""
+    return _run([uv, "run", "python", "examples/hello_flow/run.py"])
+
+
+# The demo the README's first command runs. Point it at another function to change it.
+DEMO: Callable[[str], int] = demo_hello_flow
+
+
+def package_checks() -> list[tuple[str, list[str]]]:
+    """Every package's ``ci.sh``, in dependency order, then adapters as they appear."""
+    fixed = ["sdk/ci.sh", "server/ci.sh", "agents/python/core/ci.sh"]
+    adapters = sorted(
+        str(p.relative_to(ROOT)) for p in ROOT.glob("agents/python/*/ci.sh") if p.is_file()
+    )
+    scripts = fixed + [a for a in adapters if a not in fixed]
+    return [(str(Path(s).parent), ["bash", s]) for s in scripts if (ROOT / s).is_file()]
+
+
+def root_checks(uv: str) -> list[tuple[str, list[str]]]:
+    """Lint the whole tree and type-check what no package's ``ci.sh`` covers."""
+    loose = [p for p in ("scripts", "examples", "bench") if (ROOT / p).is_dir()]
+    checks = [("root ruff check", [uv, "run", "ruff", "check", "."])]
+    if loose:
+        checks.append(("root ruff format", [uv, "run", "ruff", "format", "--check", *loose]))
+        checks.append(
+            (
+                "root mypy",
+                [uv, "run", "mypy", "--config-file", "pyproject.toml", *loose],
+            )
+        )
+    return checks
+
+
+def test(uv: str) -> int:
+    """Run every check in turn (all of them, even after a failure) and print a summary."""
+    results: list[tuple[str, bool, float]] = []
+    for name, cmd in [*package_checks(), *root_checks(uv)]:
+        _say(f"=== {name}")
+        started = time.monotonic()
+        ok = _run(cmd) == 0
+        results.append((name, ok, time.monotonic() - started))
+    print()
+    for name, ok, seconds in results:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f}s)")
+    passed = sum(1 for _, ok, _ in results if ok)
+    failed = len(results) - passed
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run ``demo`` or ``test``."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/dev.py", description="Run the demo or the tests."
+    )
+    parser.add_argument("command", choices=["demo", "test"])
+    args = parser.parse_args(argv)
+    uv = ensure_uv()
+    sync(uv)
+    if args.command == "demo":
+        return DEMO(uv)
+    return test(uv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
