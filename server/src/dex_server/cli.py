@@ -1,2 +1,0 @@
-def main() -> None:
-    """Run the CLI."""
