@@ -1,0 +1,178 @@
+"""HTTP helpers shared by the Client and the Worker: addresses, auth, error mapping.
+
+Every non-2xx answer of the server carries an ``ApiError`` body; ``raise_for_status`` turns
+it into the ``dex.errors`` class of its code. Failing to reach the server at all becomes
+``ServiceUnavailableError`` (retryable); a client-side read timeout becomes
+``RequestTimeoutError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+
+from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
+from dex.errors import (
+    DexServiceError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    error_from_code,
+)
+
+T = TypeVar("T")
+
+_CODE_BY_STATUS: dict[int, str] = {}
+for _code, _status in HTTP_STATUS.items():
+    _CODE_BY_STATUS.setdefault(_status, _code)
+_CODE_BY_STATUS[503] = ErrorCode.UNAVAILABLE
+_CODE_BY_STATUS[404] = ErrorCode.FLOW_NOT_FOUND
+_CODE_BY_STATUS[400] = ErrorCode.BAD_REQUEST
+
+_api_error_decoder = msgspec.json.Decoder(ApiError)
+
+
+def http_base_url(address: str) -> str:
+    """``"localhost:8801"`` → ``"http://localhost:8801"``; URLs with a scheme stay as given."""
+    address = address.strip().rstrip("/")
+    if "://" in address:
+        return address
+    return f"http://{address}"
+
+
+def ws_url(address: str, path: str) -> str:
+    """Return the WebSocket URL of ``path`` on the server at ``address`` (ws:// or wss://)."""
+    base = http_base_url(address)
+    if base.startswith("https://"):
+        base = "wss://" + base[len("https://") :]
+    elif base.startswith("http://"):
+        base = "ws://" + base[len("http://") :]
+    return base + path
+
+
+def auth_headers(credential: str | None) -> dict[str, str]:
+    """Return the ``Authorization`` header for a bearer token (none without a credential)."""
+    if not credential:
+        return {}
+    return {"Authorization": f"Bearer {credential}"}
+
+
+def error_from_response(response: httpx.Response, flow_id: str | None = None) -> DexServiceError:
+    """Build the SDK exception for a non-2xx response (``ApiError`` body, else by HTTP status)."""
+    try:
+        api = _api_error_decoder.decode(response.content)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        code = _CODE_BY_STATUS.get(response.status_code, ErrorCode.INTERNAL)
+        text = response.text.strip()[:500] or response.reason_phrase
+        return error_from_code(
+            code,
+            f"HTTP {response.status_code}: {text}",
+            flow_id=flow_id,
+            retryable=code == ErrorCode.UNAVAILABLE,
+        )
+    return error_from_code(
+        api.code,
+        api.message,
+        detail=api.detail,
+        flow_id=api.flow_id or flow_id,
+        retryable=api.retryable,
+    )
+
+
+def transport_error(exc: httpx.HTTPError, what: str) -> DexServiceError:
+    """Map an httpx failure (no HTTP answer) to a retryable SDK error."""
+    if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
+        return RequestTimeoutError(
+            f"{what}: timed out waiting for the server",
+            code=ErrorCode.REQUEST_TIMEOUT,
+            retryable=True,
+        )
+    return ServiceUnavailableError(
+        f"{what}: cannot reach the Dex server ({type(exc).__name__}: {exc})",
+        code=ErrorCode.UNAVAILABLE,
+        retryable=True,
+    )
+
+
+class HttpTransport:
+    """A small JSON-over-HTTP caller bound to one server (one pooled ``httpx.AsyncClient``).
+
+    Not thread-safe: use it from the event loop that created it.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        credential: str | None,
+        timeout: float,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = http_base_url(address)
+        self.timeout = timeout
+        self._http = http or httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=auth_headers(credential),
+            timeout=httpx.Timeout(timeout),
+        )
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        response_type: type[T],
+        *,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+        flow_id: str | None = None,
+    ) -> T:
+        """Send one request and decode the 2xx JSON answer as ``response_type``.
+
+        Raises:
+            DexServiceError: the subclass for the server's error code.
+
+        """
+        response = await self.raw(
+            method, path, body=body, params=params, timeout=timeout, flow_id=flow_id
+        )
+        try:
+            return msgspec.json.decode(response.content, type=response_type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise DexServiceError(
+                f"{method} {path}: unexpected response from the server: {exc}",
+                code=ErrorCode.INTERNAL,
+            ) from exc
+
+    async def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+        flow_id: str | None = None,
+    ) -> httpx.Response:
+        """Send one request and return the 2xx response; raise the mapped error otherwise."""
+        content = None if body is None else encoder.encode(body)
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        try:
+            response = await self._http.request(
+                method,
+                path,
+                content=content,
+                params=params,
+                headers=headers,
+                timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, f"{method} {path}") from exc
+        if response.status_code >= 300:
+            raise error_from_response(response, flow_id)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
