@@ -1,0 +1,66 @@
+"""Internal entry point: ``python -m dex_server --database-path P [options]``.
+
+Used by tests (through :mod:`dex_server.testing`) and by process supervisors; users run
+``dexcli dev`` or ``dexcli server`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dex_server.app import ServerConfig, run_server
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dex_server", description="Run a Dex server.")
+    p.add_argument("--database-path", type=Path, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8801)
+    p.add_argument("--address-file", type=Path, default=None)
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--token", default=None)
+    auth.add_argument("--token-file", type=Path, default=None)
+    p.add_argument("--retention-s", type=float, default=86400.0)
+    p.add_argument("--retention-sweep-interval-s", type=float, default=60.0)
+    p.add_argument("--no-fsync", action="store_true")
+    p.add_argument("--blob-threshold-bytes", type=int, default=2048)
+    p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--max-value-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--max-flow-state-bytes", type=int, default=64 * 1024 * 1024)
+    p.add_argument("--dispatch-wait-s", type=float, default=10.0)
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> ServerConfig:
+    """Parse command-line arguments into a :class:`ServerConfig`."""
+    a = _parser().parse_args(argv)
+    token: str | None = a.token
+    if a.token_file is not None:
+        token = a.token_file.read_text().strip()
+    return ServerConfig(
+        database_path=a.database_path,
+        host=a.host,
+        port=a.port,
+        address_file=a.address_file,
+        token=token,
+        retention_s=a.retention_s,
+        retention_sweep_interval_s=a.retention_sweep_interval_s,
+        fsync=not a.no_fsync,
+        blob_threshold_bytes=a.blob_threshold_bytes,
+        max_request_bytes=a.max_request_bytes,
+        max_value_bytes=a.max_value_bytes,
+        max_flow_state_bytes=a.max_flow_state_bytes,
+        dispatch_wait_s=a.dispatch_wait_s,
+        log_level=a.log_level,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a server configured from ``argv`` until SIGINT/SIGTERM."""
+    run_server(config_from_args(argv))
+
+
+if __name__ == "__main__":
+    main()

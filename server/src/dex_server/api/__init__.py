@@ -1,0 +1,7 @@
+"""HTTP and WebSocket routes of the server."""
+
+from __future__ import annotations
+
+from dex_server.api._routes import build_routes
+
+__all__ = ["build_routes"]

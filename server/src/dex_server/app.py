@@ -1,0 +1,168 @@
+"""Server wiring: configuration, the Starlette application and the process entry points.
+
+Use :class:`ServerConfig` to describe one server, :func:`build_app` to get the ASGI
+application (tests and embedding), :func:`serve` to run it on the current event loop and
+:func:`run_server` to run it as the blocking body of a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+
+__all__ = ["ServerConfig", "build_app", "run_server", "serve"]
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """Everything one Dex server process needs.
+
+    Attributes:
+        database_path: the SQLite file holding every durable record (blobs included).
+        host: interface to listen on.
+        port: TCP port; ``0`` picks a free port (see ``address_file``).
+        address_file: when set, ``"host:port"`` is written there (atomically) once the
+            server listens. Tests and ``dexcli dev`` read it to find a picked port.
+        token: bearer token every route but ``/v1/health`` requires; ``None`` disables auth.
+        retention_s: how long closed Flows stay readable before the sweep deletes them.
+        blob_threshold_bytes: values larger than this are stored once by sha256 and sent to
+            Workers as blob references.
+        max_request_bytes: largest accepted HTTP request body.
+        max_value_bytes: largest single value (input, Attribute, message, output).
+        max_flow_state_bytes: largest total of one Flow's Attributes and pending messages.
+        dispatch_wait_s: how long a task may wait while no connected Worker accepts its
+            Flow type before it fails with ``NO_WORKER_AVAILABLE``.
+        fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
+            ``False`` uses ``NORMAL`` (survives process crashes only).
+        retention_sweep_interval_s: period of the retention sweep.
+        log_level: uvicorn / ``logging`` level name.
+
+    """
+
+    database_path: Path
+    host: str = "127.0.0.1"
+    port: int = 8801
+    address_file: Path | None = None
+    token: str | None = None
+    retention_s: float = 86400.0
+    blob_threshold_bytes: int = 2048
+    max_request_bytes: int = 16 * _MIB
+    max_value_bytes: int = 4 * _MIB
+    max_flow_state_bytes: int = 64 * _MIB
+    dispatch_wait_s: float = 10.0
+    fsync: bool = True
+    retention_sweep_interval_s: float = 60.0
+    log_level: str = "warning"
+
+
+def build_app(config: ServerConfig) -> Starlette:
+    """Build the ASGI application for ``config``.
+
+    The store is opened and the background loops (timers, leases, retention) start in the
+    application's lifespan, so the app must run under a server that sends lifespan events
+    (uvicorn does).
+    """
+    from dex_server.api import build_routes
+    from dex_server.service import Runtime
+
+    runtime = Runtime(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    app = Starlette(routes=build_routes(runtime), lifespan=lifespan)
+    app.state.runtime = runtime
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server that reports readiness once its sockets listen."""
+
+    def __init__(
+        self, config: uvicorn.Config, on_ready: list[asyncio.Event], address_file: Path | None
+    ) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+        self._address_file = address_file
+        self.address = ""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.should_exit:
+            return
+        if sockets:
+            host, port = sockets[0].getsockname()[:2]
+            self.address = f"{host}:{port}"
+        if self._address_file is not None:
+            _write_atomically(self._address_file, self.address)
+        for event in self._on_ready:
+            event.set()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run the server on the running event loop until it is told to stop.
+
+    Args:
+        config: the server configuration.
+        ready: set once the server listens (and ``config.address_file`` was written).
+
+    SIGINT and SIGTERM stop the server gracefully: new connections are refused, in-flight
+    requests finish, the store commits what it holds and closes.
+
+    """
+    logging.basicConfig(level=config.log_level.upper())
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.set_inheritable(True)
+    uv_config = uvicorn.Config(
+        build_app(config),
+        log_level=config.log_level,
+        ws="websockets-sansio",
+        http="httptools",
+        lifespan="on",
+        ws_max_size=config.max_request_bytes + 1024,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=60.0,
+        timeout_graceful_shutdown=5,
+    )
+    server = _Server(uv_config, [ready] if ready is not None else [], config.address_file)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def run_server(config: ServerConfig) -> None:
+    """Run the server in this process until SIGINT or SIGTERM (blocking).
+
+    Uses uvloop when it is installed.
+    """
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvicorn[standard] installs it
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))

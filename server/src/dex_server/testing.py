@@ -1,0 +1,176 @@
+"""Test helper: a real Dex server in a child process.
+
+Example::
+
+    async with running_server(tmp_path) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            ...
+        srv.kill()        # SIGKILL, nothing flushed beyond what was committed
+        await srv.restart()  # same database, new port
+
+The server runs ``python -m dex_server`` with ``--port 0`` and an address file, so tests
+never collide on ports. Its output goes to ``<dir>/server.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["RunningServer", "running_server"]
+
+_FLAGS = {
+    "host": "--host",
+    "token": "--token",
+    "retention_s": "--retention-s",
+    "retention_sweep_interval_s": "--retention-sweep-interval-s",
+    "blob_threshold_bytes": "--blob-threshold-bytes",
+    "max_request_bytes": "--max-request-bytes",
+    "max_value_bytes": "--max-value-bytes",
+    "max_flow_state_bytes": "--max-flow-state-bytes",
+    "dispatch_wait_s": "--dispatch-wait-s",
+    "log_level": "--log-level",
+}
+
+
+class RunningServer:
+    """A ``python -m dex_server`` child process bound to one data directory.
+
+    Attributes:
+        directory: folder holding the database, the address file and ``server.log``.
+        database_path: the SQLite file (kept across :meth:`restart`).
+        address: ``"host:port"`` of the running server.
+        token: the bearer token the server requires, or ``None``.
+
+    """
+
+    def __init__(self, directory: Path, overrides: dict[str, object]) -> None:
+        self.directory = directory
+        self.database_path = directory / "dex.sqlite3"
+        self.token: str | None = overrides.get("token")  # type: ignore[assignment]
+        self.address = ""
+        self._overrides = overrides
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:40123``."""
+        return f"http://{self.address}"
+
+    @property
+    def pid(self) -> int:
+        """Process id of the running server."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    def _args(self, address_file: Path) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "dex_server",
+            "--database-path",
+            str(self.database_path),
+            "--port",
+            str(self._overrides.get("port", 0)),
+            "--address-file",
+            str(address_file),
+        ]
+        for key, value in self._overrides.items():
+            if key == "fsync":
+                if not value:
+                    args.append("--no-fsync")
+            elif key == "port":
+                continue
+            elif key in _FLAGS:
+                if value is not None:
+                    args += [_FLAGS[key], str(value)]
+            else:
+                raise TypeError(f"unknown server option {key!r}")
+        return args
+
+    async def start(self, timeout_s: float = 20.0) -> None:
+        """Start the process and wait until it listens."""
+        address_file = self.directory / "server.address"
+        address_file.unlink(missing_ok=True)
+        self._log = open(self.directory / "server.log", "ab")
+        self._proc = subprocess.Popen(
+            self._args(address_file),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout_s
+        while not address_file.exists():
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self._proc.returncode}; see "
+                    f"{self.directory / 'server.log'}"
+                )
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError("server did not start in time")
+            await asyncio.sleep(0.02)
+        self.address = address_file.read_text().strip()
+
+    def kill(self) -> None:
+        """SIGKILL the server (no graceful shutdown) and reap it."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait()
+        self._close_log()
+
+    async def stop(self, timeout_s: float = 10.0) -> int | None:
+        """Stop gracefully with SIGTERM (SIGKILL after ``timeout_s``); return the exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self._close_log()
+        return proc.returncode
+
+    async def restart(self) -> None:
+        """Kill the server if it runs, then start it again on the same database."""
+        self.kill()
+        await self.start()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@contextlib.asynccontextmanager
+async def running_server(directory: Path, **overrides: object) -> AsyncIterator[RunningServer]:
+    """Run a server subprocess for the duration of the ``async with`` block.
+
+    Args:
+        directory: a fresh folder (``tmp_path``) for the database and logs.
+        **overrides: :class:`~dex_server.app.ServerConfig` fields to change, e.g.
+            ``token="t"``, ``retention_s=1.0``, ``fsync=False``, ``dispatch_wait_s=2.0``.
+
+    The server is stopped with SIGTERM at exit (killed if it does not stop).
+
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    server = RunningServer(directory, dict(overrides))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
