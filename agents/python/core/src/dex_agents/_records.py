@@ -1,0 +1,267 @@
+"""Value types the session stores, publishes, streams and returns from its RPCs.
+
+All are frozen keyword-only msgspec Structs, so they encode to canonical JSON with the
+plain string values of their enums.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from dex_agents._enums import (
+    AgentEventType,
+    AgentStatus,
+    MessageRole,
+    ToolCallStatus,
+    ToolEffect,
+    TurnControlKind,
+)
+
+
+class AgentUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """Token usage of one model call, or the session total (``AgentUsage`` Attribute).
+
+    Attributes:
+        requests: model requests made (a runner reports 1 per model call).
+        input_tokens: prompt tokens.
+        output_tokens: completion tokens.
+        total_tokens: total tokens as the provider counts them (0 when unknown).
+
+    """
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def plus(self, other: AgentUsage) -> AgentUsage:
+        """Return the field-wise sum of two usages."""
+        return AgentUsage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class FrameworkMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One item a framework produced or consumes, as the runner hands it to the session.
+
+    Attributes:
+        role: who produced it.
+        framework_item: the framework's own JSON-compatible representation; a runner
+            rebuilds its input from these.
+        text: human-readable text for snapshots and UIs ("" when the item has none).
+
+    """
+
+    role: MessageRole
+    framework_item: Any = None
+    text: str = ""
+
+
+class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored message of the session (``AgentMessages`` map, key ``sequence``).
+
+    Attributes:
+        sequence: 1-based position in the session; the map key is
+            ``message_sequence_key(sequence)``.
+        turn_id: the turn that stored it (``"turn-<n>"``).
+        role: who produced it.
+        framework_item: the framework's item, as the runner returned it.
+        text: human-readable text.
+        created_at: Unix seconds on the Worker that stored it.
+
+    """
+
+    sequence: int
+    turn_id: str
+    role: MessageRole
+    framework_item: Any = None
+    text: str = ""
+    created_at: float = 0.0
+
+
+class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """Record of one tool call of the active turn (``AgentToolCalls`` map, key tool_call_id).
+
+    Records are deleted when the turn ends; ``deferral_order`` keeps the model's order.
+
+    Attributes:
+        tool_call_id: the framework's ID, unique within the turn.
+        turn_id: the turn that requested it.
+        tool_name: the tool's name.
+        arguments: the arguments as the model produced them (usually JSON text).
+        effect: the resolved effect class.
+        requires_approval: whether it waits in ``AwaitToolApproval`` before running.
+        deferral_order: 0-based position among all calls the turn deferred.
+        status: see ``ToolCallStatus``.
+        idempotency_key: ``"<flow_id>/<turn_id>/<tool_call_id>"``.
+        interrupt_id: the approval interrupt, when one was raised.
+        output: the tool's output when ``SUCCEEDED``.
+        error: the failure message (``FAILED``) or recovery detail (``OUTCOME_UNKNOWN``).
+        rejection_message: why the call was rejected (``REJECTED``), if a reason was given.
+
+    """
+
+    tool_call_id: str
+    turn_id: str
+    tool_name: str
+    arguments: str
+    effect: ToolEffect
+    requires_approval: bool
+    deferral_order: int
+    status: ToolCallStatus
+    idempotency_key: str
+    interrupt_id: str | None = None
+    output: str | None = None
+    error: str | None = None
+    rejection_message: str | None = None
+
+
+class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call waiting for a person's approval (``PendingInterrupts`` list).
+
+    Attributes:
+        interrupt_id: ``"<turn_id>:<tool_call_id>"``; pass it to ``resolve_interrupt``.
+        tool_call_id: the call it guards.
+        turn_id: the turn that raised it.
+        tool_name: the tool's name.
+        arguments: the call's arguments.
+        created_at: Unix seconds when it was raised (Worker clock).
+        deadline: Unix seconds after which it expires as rejected, or None (no deadline).
+
+    """
+
+    interrupt_id: str
+    tool_call_id: str
+    turn_id: str
+    tool_name: str
+    arguments: str
+    created_at: float
+    deadline: float | None = None
+
+
+class AgentInterruptResolution(msgspec.Struct, frozen=True, kw_only=True):
+    """A person's answer, published to ``InterruptResolutions`` keyed by interrupt ID."""
+
+    interrupt_id: str
+    approved: bool
+    rejection_message: str | None = None
+
+
+class ResolveInterruptRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval."""
+
+    interrupt_id: str
+    approved: bool
+    rejection_message: str | None = None
+
+
+class AgentUserMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A user message: input of ``send_user_message`` / ``steer_user_message``."""
+
+    text: str
+
+
+class ToolCallCompleted(msgspec.Struct, frozen=True, kw_only=True):
+    """Internal ``ToolCallResults`` message: one per tool call, when its record is final."""
+
+    tool_call_id: str
+    status: ToolCallStatus
+
+
+class TurnControl(msgspec.Struct, frozen=True, kw_only=True):
+    """Internal ``TurnControl`` message: a steer (with its text) or a cancel request."""
+
+    kind: TurnControlKind
+    text: str = ""
+
+
+class AgentState(msgspec.Struct, frozen=True, kw_only=True):
+    """The session's state (``AgentState`` Attribute).
+
+    Attributes:
+        status: what the session does now.
+        turn_count: turns started so far; the active turn is ``"turn-<turn_count>"``.
+        active_turn_id: the running turn, or None while waiting for a user message.
+        message_count: messages stored; the next one gets sequence ``message_count + 1``.
+        last_turn_error: why the last failed turn failed; cleared when a turn completes.
+
+    """
+
+    status: AgentStatus = AgentStatus.WAITING_FOR_USER_MESSAGE
+    turn_count: int = 0
+    active_turn_id: str | None = None
+    message_count: int = 0
+    last_turn_error: str | None = None
+
+
+class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``get_agent_snapshot`` returns: enough to rebuild a UI.
+
+    Attributes:
+        session_id: the Flow ID.
+        state: None until ``StartAgentSession`` commits.
+        messages: the last 200 stored messages, oldest first.
+        pending_interrupts: approvals waiting for an answer.
+        tool_calls: the active turn's tool call records in ``deferral_order``.
+        usage: the session's total usage.
+        queued_message_count: user messages waiting for a turn.
+
+    """
+
+    session_id: str
+    state: AgentState | None
+    messages: list[AgentMessage] = []
+    pending_interrupts: list[AgentInterrupt] = []
+    tool_calls: list[AgentToolCall] = []
+    usage: AgentUsage = AgentUsage()
+    queued_message_count: int = 0
+
+
+class ListAgentMessagesRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Input of ``list_agent_messages``: messages after ``after_sequence``, oldest first.
+
+    ``limit`` is clamped to 1..200.
+    """
+
+    after_sequence: int = 0
+    limit: int = 100
+
+
+class AgentMessagesPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of messages. ``next_after_sequence`` is None on the last page."""
+
+    messages: list[AgentMessage] = []
+    next_after_sequence: int | None = None
+
+
+class AgentEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One message on the ``AgentEvents`` Stream.
+
+    Attributes:
+        type: see ``AgentEventType`` for each type's ``data`` keys.
+        turn_id: the turn it belongs to.
+        step_execution_id: the Step execution that wrote it (shared by its attempts).
+        attempt: the Step attempt (1-based). A UI keeps, per ``step_execution_id``, only
+            the text of the highest attempt it saw.
+        data: the type's payload.
+        created_at: Unix seconds on the Worker.
+
+    """
+
+    type: AgentEventType
+    turn_id: str
+    step_execution_id: str
+    attempt: int
+    data: dict[str, Any] = {}
+    created_at: float = 0.0
+
+
+class AgentSessionStartInput(msgspec.Struct, frozen=True, kw_only=True):
+    """Input of ``StartAgentSession``. A blank ``initial_message`` starts no turn."""
+
+    initial_message: str | None = None

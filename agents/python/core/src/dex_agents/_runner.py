@@ -1,0 +1,174 @@
+"""The runner contract: what a framework adapter implements and what it receives."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from dex_agents._enums import ToolEffect
+from dex_agents._events import AgentEventWriter
+from dex_agents._policy import AgentSessionOptions, ToolPolicy
+from dex_agents._records import AgentMessage, AgentToolCall, AgentUsage, FrameworkMessage
+
+
+class DeferredToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call the model asked for and the framework deferred to the session.
+
+    Attributes:
+        tool_call_id: non-empty, without ``/``, unique within the turn.
+        tool_name: the tool's name.
+        arguments: the arguments as the model produced them (usually JSON text).
+        policy: from ``AgentTurnContext.resolve_tool_policy``.
+
+    """
+
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    policy: ToolPolicy
+
+
+class TurnCompleted(msgspec.Struct, frozen=True, kw_only=True):
+    """The model gave its final answer.
+
+    Attributes:
+        new_messages: every item the turn produced after its user message, in order,
+            across all of its model calls; appended in one commit.
+        usage: usage of this model call only.
+
+    """
+
+    new_messages: list[FrameworkMessage]
+    usage: AgentUsage = AgentUsage()
+
+
+class ToolCallsRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """The model asked for tools; the session runs them, then calls the runner again.
+
+    Attributes:
+        framework_run_state: non-empty state that continues the turn after the tools.
+        tool_calls: one per call, in model order (at least one).
+        usage: usage of this model call only.
+
+    """
+
+    framework_run_state: str
+    tool_calls: list[DeferredToolCall]
+    usage: AgentUsage = AgentUsage()
+
+
+AgentTurnOutcome = TurnCompleted | ToolCallsRequested
+
+
+class ToolExecutionResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool's output as the model should see it."""
+
+    output: str
+
+
+class ToolExecutionError(Exception):
+    """Raise from ``execute_deferred_tool_call`` for a failure the model should see.
+
+    The session records the call as ``failed`` with ``message`` and does not retry it.
+    Any other exception is a Step failure and follows the effect's retry policy.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+Heartbeat = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentTurnContext:
+    """What ``run_model_step`` receives: the turn's committed state.
+
+    Attributes:
+        flow_id: the session ID.
+        turn_id: ``"turn-<n>"``.
+        attempt: the 1-based RunModel attempt.
+        messages: every stored message in sequence order; the last user message belongs
+            to this turn.
+        framework_run_state: None for the turn's first model call, else the value of this
+            turn's last ``ToolCallsRequested``.
+        tool_calls: this turn's records by tool call ID; every one is final.
+        events: writer bound to this turn, Step execution and attempt.
+        heartbeat: records liveness (the session also heartbeats every 20 seconds).
+        options: the session's options (for ``resolve_tool_policy``).
+
+    """
+
+    flow_id: str
+    turn_id: str
+    attempt: int
+    messages: Sequence[AgentMessage]
+    framework_run_state: str | None
+    tool_calls: Mapping[str, AgentToolCall]
+    events: AgentEventWriter
+    heartbeat: Heartbeat
+    options: AgentSessionOptions
+
+    @property
+    def is_resuming(self) -> bool:
+        """Whether this model call continues the turn after tool calls."""
+        return self.framework_run_state is not None
+
+    def recorded_tool_call(self, tool_call_id: str) -> AgentToolCall:
+        """Return this turn's record of one tool call; ``KeyError`` if there is none."""
+        return self.tool_calls[tool_call_id]
+
+    def resolve_tool_policy(
+        self, tool_name: str, framework_effect: ToolEffect | None = None
+    ) -> ToolPolicy:
+        """Return the tool's policy: explicit, else framework metadata, else the default."""
+        return self.options.resolve_tool_policy(tool_name, framework_effect)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeferredToolExecution:
+    """What ``execute_deferred_tool_call`` receives.
+
+    Attributes:
+        flow_id: the session ID.
+        tool_call: the call's record (approved, when it needed approval).
+        idempotency_key: ``"<flow_id>/<turn_id>/<tool_call_id>"``, the same on every
+            attempt; pass it to the service the tool writes to.
+        attempt: the 1-based Step attempt.
+        events: writer bound to the turn, this tool Step's execution and attempt.
+        heartbeat: records liveness; long tools should call it.
+
+    """
+
+    flow_id: str
+    tool_call: AgentToolCall
+    idempotency_key: str
+    attempt: int
+    events: AgentEventWriter
+    heartbeat: Heartbeat
+
+
+@runtime_checkable
+class AgentFrameworkRunner(Protocol):
+    """The contract each framework adapter implements.
+
+    The session calls these from Steps, so each call may run again after a crash or a
+    retry: keep the runner stateless between calls and derive everything from the
+    arguments. ``execute_deferred_tool_call`` may run concurrently with itself.
+    """
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        """Return ``FrameworkMessage(role=MessageRole.USER, framework_item=..., text=text)``."""
+        ...
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        """Let the framework make at most one model call; never run a deferrable tool."""
+        ...
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        """Run the real tool once; raise ``ToolExecutionError`` for a model-visible failure."""
+        ...

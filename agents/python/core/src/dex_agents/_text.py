@@ -1,0 +1,178 @@
+"""Pure helpers: storage keys, IDs, model-visible texts and runner-output validation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dex_agents._enums import MessageRole, ToolCallStatus
+from dex_agents._records import AgentToolCall, FrameworkMessage
+from dex_agents._runner import AgentTurnOutcome, ToolCallsRequested, TurnCompleted
+
+SEQUENCE_KEY_DIGITS = 12
+FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
+STOPPED_NOTE_HEADER = "[Dex] The previous turn was {how} after these tool calls ran:"
+NOTE_FOOTER = "Do not repeat these tool calls unless the user asks again."
+
+
+class InvalidRunnerOutputError(ValueError):
+    """A runner returned something the session cannot store; the turn fails."""
+
+
+def message_sequence_key(sequence: int) -> str:
+    """Return the ``AgentMessages`` key of a 1-based sequence: 12 digits, zero-padded.
+
+    Raises:
+        ValueError: if ``sequence`` is not in 1..999,999,999,999.
+
+    """
+    if sequence < 1 or sequence >= 10**SEQUENCE_KEY_DIGITS:
+        raise ValueError(f"message sequence out of range: {sequence}")
+    return f"{sequence:0{SEQUENCE_KEY_DIGITS}d}"
+
+
+def turn_id_of(turn_number: int) -> str:
+    """Return the ID of the n-th turn (``"turn-<n>"``)."""
+    return f"turn-{turn_number}"
+
+
+def idempotency_key_of(flow_id: str, turn_id: str, tool_call_id: str) -> str:
+    """Return a tool call's idempotency key, ``"<flow_id>/<turn_id>/<tool_call_id>"``."""
+    return f"{flow_id}/{turn_id}/{tool_call_id}"
+
+
+def interrupt_id_of(turn_id: str, tool_call_id: str) -> str:
+    """Return the interrupt ID of an approval: ``"<turn_id>:<tool_call_id>"``."""
+    return f"{turn_id}:{tool_call_id}"
+
+
+def describe_tool_call_outcome(record: AgentToolCall) -> str:
+    """Render the model-visible result of a final tool call record.
+
+    ``succeeded`` gives the output itself; the other statuses give one sentence the
+    model can act on (``outcome_unknown`` warns that a write may have taken effect).
+
+    Raises:
+        ValueError: if the record is not final.
+
+    """
+    status = record.status
+    if status is ToolCallStatus.SUCCEEDED:
+        return record.output or ""
+    if status is ToolCallStatus.FAILED:
+        return f"The tool call failed: {record.error or 'no detail'}"
+    if status is ToolCallStatus.REJECTED:
+        reason = record.rejection_message or "no reason given"
+        return f"The user rejected this tool call: {reason}"
+    if status is ToolCallStatus.OUTCOME_UNKNOWN:
+        detail = f" ({record.error})" if record.error else ""
+        return (
+            "The outcome of this tool call is unknown: it may or may not have taken "
+            f"effect{detail}. Check before trying it again."
+        )
+    if status is ToolCallStatus.CANCELLED:
+        return "The tool call was cancelled before it ran."
+    raise ValueError(f"tool call {record.tool_call_id!r} is not final ({status})")
+
+
+def _note_lines(records: Iterable[AgentToolCall]) -> list[str]:
+    ordered = sorted(records, key=lambda record: record.deferral_order)
+    return [
+        f"- {r.tool_name} {r.arguments} -> {r.status}: {describe_tool_call_outcome(r)}"
+        for r in ordered
+    ]
+
+
+def build_turn_failure_note(records: Iterable[AgentToolCall]) -> str:
+    """Render the note a failed turn leaves when tool calls already have final records.
+
+    One line per final record, in ``deferral_order``; records that are not final are
+    skipped. Returns "" when no record is final (the session then stores no note).
+    """
+    lines = _note_lines(r for r in records if r.status.is_final)
+    if not lines:
+        return ""
+    return "\n".join([FAILURE_NOTE_HEADER, *lines, NOTE_FOOTER])
+
+
+def build_turn_stopped_note(records: Iterable[AgentToolCall], *, how: str) -> str:
+    """Render the note a steered or cancelled turn leaves for the tool calls that ran.
+
+    ``how`` completes "The previous turn was ... after these tool calls ran" (for example
+    "steered" or "cancelled"). Only calls that may have run are listed. Returns "" when
+    none ran.
+    """
+    lines = _note_lines(r for r in records if r.status.ran)
+    if not lines:
+        return ""
+    return "\n".join([STOPPED_NOTE_HEADER.format(how=how), *lines, NOTE_FOOTER])
+
+
+def validate_user_message(message: FrameworkMessage) -> FrameworkMessage:
+    """Check ``build_user_message``'s result.
+
+    Raises:
+        InvalidRunnerOutputError: if it is not a ``FrameworkMessage`` with role ``USER``.
+
+    """
+    if not isinstance(message, FrameworkMessage) or message.role is not MessageRole.USER:
+        raise InvalidRunnerOutputError(
+            f"build_user_message must return a FrameworkMessage with role user, got {message!r}"
+        )
+    return message
+
+
+def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
+    """Check a ``run_model_step`` outcome before anything of it is stored.
+
+    Raises:
+        InvalidRunnerOutputError: for an unknown outcome type, an empty run state, no tool
+            calls, or a tool call ID that is empty, contains ``/`` or repeats in the turn.
+
+    """
+    if isinstance(outcome, TurnCompleted):
+        for message in outcome.new_messages:
+            if not isinstance(message, FrameworkMessage):
+                raise InvalidRunnerOutputError(f"not a FrameworkMessage: {message!r}")
+        return outcome
+    if not isinstance(outcome, ToolCallsRequested):
+        raise InvalidRunnerOutputError(
+            f"run_model_step must return TurnCompleted or ToolCallsRequested, got {outcome!r}"
+        )
+    if not outcome.framework_run_state:
+        raise InvalidRunnerOutputError("ToolCallsRequested.framework_run_state is empty")
+    if not outcome.tool_calls:
+        raise InvalidRunnerOutputError("ToolCallsRequested has no tool calls")
+    seen: set[str] = set()
+    for call in outcome.tool_calls:
+        call_id = call.tool_call_id
+        if not call_id:
+            raise InvalidRunnerOutputError(f"tool call for {call.tool_name!r} has an empty ID")
+        if "/" in call_id:
+            raise InvalidRunnerOutputError(f"tool call ID {call_id!r} contains '/'")
+        if call_id in seen:
+            raise InvalidRunnerOutputError(f"tool call ID {call_id!r} repeats in this turn")
+        seen.add(call_id)
+    return outcome
+
+
+def validate_tool_call_ids_unused(
+    outcome: ToolCallsRequested, recorded: Iterable[str]
+) -> ToolCallsRequested:
+    """Check that no requested ID repeats an ID already recorded in this turn.
+
+    Raises:
+        InvalidRunnerOutputError: naming the repeated ID.
+
+    """
+    known = set(recorded)
+    for call in outcome.tool_calls:
+        if call.tool_call_id in known:
+            raise InvalidRunnerOutputError(
+                f"tool call ID {call.tool_call_id!r} repeats in this turn"
+            )
+    return outcome
+
+
+def is_blank(text: str | None) -> bool:
+    """Whether a user text is missing, empty or only whitespace."""
+    return text is None or not text.strip()
