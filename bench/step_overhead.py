@@ -1,0 +1,202 @@
+"""Per-Step overhead and throughput of the engine, server and Worker in separate processes.
+
+    uv run python bench/step_overhead.py [--steps 500] [--flows 100] [--flow-steps 20]
+                                         [--no-fsync] [--database-url sqlite:///PATH]
+
+1. One Flow runs a sequential chain of ``--steps`` no-op Steps. The overhead of one Step is
+   the time between the commits of consecutive ``StepExecuteCompleted`` history events: the
+   server commits a Step, pushes the next task to the Worker, the Worker runs the no-op
+   handler and sends the result, the server commits it. Reported as p50 / p95.
+2. ``--flows`` Flows of ``--flow-steps`` no-op Steps each run at the same time; reported as
+   aggregate Steps per second (wall clock from the first start to the last completion).
+
+The server is ``python -m dex_server`` on SQLite (``synchronous=FULL`` unless
+``--no-fsync``); the Worker is an ``AsyncWorker`` child process. The last line is::
+
+    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import dex
+
+
+class Noop(dex.Step[int]):
+    async def execute(self, ctx: dex.AsyncContext, remaining: int) -> dex.StepDecision:
+        if remaining <= 1:
+            return dex.StepDecision.graceful_complete()
+        return dex.StepDecision.go_to(Noop, remaining - 1)
+
+
+class Chain(dex.Flow[int]):
+    def get_steps(self) -> dex.StepList:
+        return dex.StepList.start_step(Noop())
+
+
+def registry() -> dex.Registry:
+    return dex.Registry([Chain()], allow_async_handlers=True)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+async def run_worker(address: str, slots: int) -> None:
+    worker = dex.AsyncWorker(
+        registry(),
+        options=dex.WorkerOptions(
+            server_address=address,
+            pull=dex.PullWorkerOptions(max_concurrent_tasks=slots),
+        ),
+    )
+    loop = asyncio.get_running_loop()
+    stops: list[asyncio.Task[None]] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: stops.append(loop.create_task(worker.stop())))
+    await worker.start()
+    for task in stops:
+        await task
+
+
+def sqlite_path(url: str | None, workdir: Path) -> Path:
+    if url is None:
+        return workdir / "bench.sqlite3"
+    if url.startswith("postgres"):
+        raise SystemExit("--database-url: PostgreSQL is not supported yet (use sqlite:///PATH)")
+    if not url.startswith("sqlite:///"):
+        raise SystemExit(f"--database-url: expected sqlite:///PATH, got {url!r}")
+    return Path(url.removeprefix("sqlite:///")).resolve()
+
+
+def start_server(db: Path, workdir: Path, fsync: bool) -> tuple[subprocess.Popen[bytes], str]:
+    address_file = workdir / "address"
+    cmd = [
+        sys.executable, "-m", "dex_server", "--database-path", str(db), "--port", "0",
+        "--address-file", str(address_file),
+    ]
+    if not fsync:
+        cmd.append("--no-fsync")
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (closed right after the spawn)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 30
+    while not address_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("server did not start:\n" + (workdir / "server.log").read_text())
+        time.sleep(0.02)
+    return proc, address_file.read_text().strip()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def run_chain(client: dex.AsyncClient, steps: int) -> str:
+    flow_id = f"chain-{uuid.uuid4().hex[:10]}"
+    await client.start_flow(Chain(), flow_id, steps)
+    result = await client.wait_for_flow(flow_id, timeout=600)
+    if result.status is not dex.FlowStatus.COMPLETED:
+        raise SystemExit(f"{flow_id} ended {result.status.value}: {result.error_message}")
+    return flow_id
+
+
+async def step_commit_times(client: dex.AsyncClient, flow_id: str) -> list[float]:
+    times: list[float] = []
+    token: str | None = None
+    while True:
+        page = await client.get_history(flow_id, page_size=1000, page_token=token)
+        times.extend(e.event_time for e in page.events if e.type == "StepExecuteCompleted")
+        token = page.next_page_token
+        if not token:
+            return times
+
+
+async def sequential(client: dex.AsyncClient, steps: int) -> list[float]:
+    flow_id = await run_chain(client, steps)
+    times = await step_commit_times(client, flow_id)
+    if len(times) != steps:
+        raise SystemExit(f"expected {steps} StepExecuteCompleted events, got {len(times)}")
+    return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)]
+
+
+async def concurrent(client: dex.AsyncClient, flows: int, steps: int) -> float:
+    started = time.perf_counter()
+    await asyncio.gather(*(run_chain(client, steps) for _ in range(flows)))
+    return flows * steps / (time.perf_counter() - started)
+
+
+async def bench(args: argparse.Namespace, workdir: Path) -> None:
+    db = sqlite_path(args.database_url, workdir)
+    server, address = start_server(db, workdir, fsync=not args.no_fsync)
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--worker", address, "--slots", str(args.flows + 8)],
+        start_new_session=True,
+    )
+    try:
+        options = dex.ClientOptions(server_address=address, timeout=120.0)
+        async with dex.AsyncClient(registry(), options=options) as client:
+            await run_chain(client, 50)  # warm up both processes and the store
+            overheads = await sequential(client, args.steps)
+            steps_per_s = await concurrent(client, args.flows, args.flow_steps)
+    finally:
+        stop(worker)
+        stop(server)
+    p50 = statistics.median(overheads)
+    p95 = percentile(overheads, 0.95)
+    fsync = "off" if args.no_fsync else "on"
+    print(
+        f"sequential: {args.steps} Steps, overhead p50 {p50:.3f} ms, p95 {p95:.3f} ms, "
+        f"max {max(overheads):.3f} ms"
+    )
+    print(f"concurrent: {args.flows} Flows x {args.flow_steps} Steps, {steps_per_s:.0f} Steps/s")
+    print(
+        f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
+        f"fsync={fsync} store=sqlite"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Dex per-Step overhead benchmark")
+    parser.add_argument("--steps", type=int, default=500, help="length of the sequential chain")
+    parser.add_argument("--flows", type=int, default=100, help="concurrent Flows")
+    parser.add_argument("--flow-steps", type=int, default=20, help="Steps per concurrent Flow")
+    parser.add_argument("--no-fsync", action="store_true", help="synchronous=NORMAL")
+    parser.add_argument("--database-url", default=None, help="sqlite:///PATH (default: temp)")
+    parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--slots", type=int, default=108, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        asyncio.run(run_worker(args.worker, args.slots))
+        return
+    with tempfile.TemporaryDirectory(prefix="dex-bench-") as tmp:
+        asyncio.run(bench(args, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()

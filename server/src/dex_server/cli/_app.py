@@ -1,0 +1,246 @@
+"""The Typer application: global options and the command tree of ``dexcli``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dex_server.cli._output import CliError, Connection, OutputFormat, Printer, usage_error
+
+DEFAULT_SERVER = "localhost:8801"
+
+app = typer.Typer(
+    name="dexcli",
+    help="Run a Dex server and look at its Flows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+flow_app = typer.Typer(help="List, inspect and stop Flows.", no_args_is_help=True)
+app.add_typer(flow_app, name="flow")
+
+
+class _State:
+    """Global options, kept on the Click context for the subcommands."""
+
+    def __init__(self, conn: Connection, out: Printer) -> None:
+        self.conn = conn
+        self.out = out
+
+
+def _state(ctx: typer.Context) -> _State:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, _State)
+    return obj
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="DEX_SERVER_ADDRESS", help="Server address host:port."),
+    ] = DEFAULT_SERVER,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="DEX_TOKEN", help="Bearer token for the server."),
+    ] = None,
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", help="table for people, json for programs.")
+    ] = OutputFormat.TABLE,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Request timeout in seconds (0: none).", min=0)
+    ] = 30.0,
+) -> None:
+    ctx.obj = _State(
+        Connection(server=server, token=token or None, timeout_s=timeout),
+        Printer(fmt=output),
+    )
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@app.command()
+def dev(
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="Folder for the SQLite store.")
+    ] = Path(".dex"),
+    port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 8801,
+    host: Annotated[str, typer.Option("--host", help="Loopback address to bind.")] = "127.0.0.1",
+    address_file: Annotated[
+        Path | None,
+        typer.Option("--address-file", help="Write host:port here once listening."),
+    ] = None,
+    retention: Annotated[
+        str, typer.Option("--retention", help="How long closed Flows are kept.")
+    ] = "1d",
+    engine: Annotated[str, typer.Option("--engine", help="Engine (zd, the only one).")] = "zd",
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="Require this bearer token.")
+    ] = None,
+) -> None:
+    """Start a development server on SQLite in DATA_DIR, on loopback only."""
+    from dex_server.cli import _serve
+
+    config = _serve.dev_config(
+        _serve.DevArgs(
+            data_dir=data_dir,
+            host=host,
+            port=port,
+            address_file=address_file,
+            retention=retention,
+            engine=engine,
+            token_file=token_file,
+        )
+    )
+    _serve.run(config, banner=True)
+
+
+@app.command()
+def server(
+    database_url: Annotated[
+        str, typer.Option("--database-url", help="sqlite:///PATH (PostgreSQL comes later).")
+    ],
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 8801,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", help="Bearer token file (else env DEX_SERVER_TOKEN)."),
+    ] = None,
+    retention: Annotated[
+        str, typer.Option("--retention", help="How long closed Flows are kept.")
+    ] = "3d",
+) -> None:
+    """Run a production server on the given database."""
+    from dex_server.cli import _serve
+
+    config = _serve.server_config(
+        _serve.ServerArgs(
+            database_url=database_url,
+            host=host,
+            port=port,
+            token_file=token_file,
+            retention=retention,
+        )
+    )
+    _serve.run(config, banner=False)
+
+
+# --------------------------------------------------------------------------- info
+
+
+@app.command()
+def health(ctx: typer.Context) -> None:
+    """Check that the server answers."""
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(_flows.health(st.conn, st.out))
+
+
+@app.command()
+def version(ctx: typer.Context) -> None:
+    """Print the dexcli version and wire protocol version."""
+    from dex_server.cli import _flows
+
+    _flows.show_version(_state(ctx).out)
+
+
+# --------------------------------------------------------------------------- flow
+
+
+@flow_app.command("list")
+def flow_list(
+    ctx: typer.Context,
+    flow_type: Annotated[str | None, typer.Option("--type", help="Only this Flow type.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", help="Only this status: running, completed, failed, canceled, terminated."
+        ),
+    ] = None,
+    page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 100,
+    page_token: Annotated[str | None, typer.Option("--page-token")] = None,
+    fetch_all: Annotated[bool, typer.Option("--all", help="Fetch every page.")] = False,
+) -> None:
+    """List Flows, newest first."""
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(
+        _flows.flow_list(
+            st.conn,
+            st.out,
+            flow_type=flow_type,
+            status=status,
+            page_size=page_size,
+            page_token=page_token,
+            fetch_all=fetch_all,
+        )
+    )
+
+
+@flow_app.command("show")
+def flow_show(ctx: typer.Context, flow_id: Annotated[str, typer.Argument()]) -> None:
+    """Describe a Flow (latest run) and its active Steps."""
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(_flows.flow_show(st.conn, st.out, flow_id))
+
+
+@flow_app.command("history")
+def flow_history(
+    ctx: typer.Context,
+    flow_id: Annotated[str, typer.Argument()],
+    run_id: Annotated[str, typer.Option("--run-id", help="Run (default: latest).")] = "",
+    page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 200,
+    page_token: Annotated[str | None, typer.Option("--page-token")] = None,
+    fetch_all: Annotated[bool, typer.Option("--all", help="Fetch every page.")] = False,
+) -> None:
+    """Print a Flow's history events."""
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(
+        _flows.flow_history(
+            st.conn,
+            st.out,
+            flow_id,
+            run_id=run_id,
+            page_size=page_size,
+            page_token=page_token,
+            fetch_all=fetch_all,
+        )
+    )
+
+
+@flow_app.command("stop")
+def flow_stop(
+    ctx: typer.Context,
+    flow_id: Annotated[str, typer.Argument()],
+    stop_type: Annotated[
+        str, typer.Option("--type", help="cancel (default), terminate or fail.")
+    ] = "cancel",
+    reason: Annotated[str | None, typer.Option("--reason")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the stop.")] = False,
+) -> None:
+    """Stop a running Flow (needs --yes)."""
+    if not yes:
+        raise usage_error(f"refusing to stop {flow_id} without --yes")
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(_flows.flow_stop(st.conn, st.out, flow_id, stop_type=stop_type, reason=reason))
+
+
+__all__ = ["CliError", "app"]

@@ -1,0 +1,242 @@
+"""The commands that talk to a running server, through the public ``dex.AsyncClient``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import dex
+import msgspec
+from dex._protocol import PROTOCOL_VERSION, HistoryEventWire
+
+from dex_server.cli._output import Connection, Printer, camel_keys, human_time, rfc3339, usage_error
+
+STOP_TYPES = tuple(t.value for t in dex.StopType)
+STATUSES = tuple(s.value for s in dex.FlowStatus)
+_NO_TIMEOUT_S = 1e9
+
+
+@asynccontextmanager
+async def connect(conn: Connection) -> AsyncIterator[dex.AsyncClient]:
+    options = dex.ClientOptions(
+        server_address=conn.server,
+        credential=conn.token,
+        timeout=conn.timeout_s if conn.timeout_s > 0 else _NO_TIMEOUT_S,
+    )
+    # The CLI decodes no user values, so it needs no Flow definitions.
+    async with dex.AsyncClient(dex.Registry([]), options=options) as client:
+        yield client
+
+
+def _flow_record(info: dex.FlowInfo) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "flowId": info.flow_id,
+        "runId": info.run_id,
+        "flowType": info.flow_type,
+        "status": info.status.value,
+        "startedAt": rfc3339(info.started_at.timestamp()),
+    }
+    if info.closed_at is not None:
+        record["closedAt"] = rfc3339(info.closed_at.timestamp())
+    return record
+
+
+# --------------------------------------------------------------------------- flow list
+
+
+async def flow_list(
+    conn: Connection,
+    out: Printer,
+    *,
+    flow_type: str | None,
+    status: str | None,
+    page_size: int,
+    page_token: str | None,
+    fetch_all: bool,
+) -> None:
+    if status is not None and status not in STATUSES:
+        raise usage_error(f"--status: expected one of {', '.join(STATUSES)}, got {status!r}")
+    flows: list[dict[str, Any]] = []
+    token = page_token
+    async with connect(conn) as client:
+        while True:
+            page = await client.list_flows(
+                flow_type=flow_type, status=status, page_size=page_size, page_token=token
+            )
+            flows.extend(_flow_record(info) for info in page.flows)
+            token = page.next_page_token or None
+            if not fetch_all or token is None:
+                break
+    if out.json:
+        out.emit_json({"flows": flows, "nextPageToken": token})
+        return
+    rows = [
+        [f["flowId"], f["flowType"], f["status"], f["startedAt"], f.get("closedAt") or "-"]
+        for f in flows
+    ]
+    out.table(None, ["FLOW ID", "TYPE", "STATUS", "STARTED", "CLOSED"], rows)
+    if token:
+        out.line(f"more: --page-token {token} (or --all)")
+
+
+# --------------------------------------------------------------------------- flow show
+
+
+async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
+    async with connect(conn) as client:
+        state = await client.get_flow_state(flow_id)
+    record = _flow_record(dex.FlowInfo.from_wire(state.info))
+    record["activeSteps"] = [camel_keys(msgspec.to_builtins(s)) for s in state.active_steps]
+    record["channelSizes"] = dict(state.channel_sizes)
+    record["attributeNames"] = list(state.attribute_names)
+    if out.json:
+        out.emit_json(record)
+        return
+    out.fields(
+        [
+            ("Flow ID", record["flowId"]),
+            ("Run ID", record["runId"]),
+            ("Type", record["flowType"]),
+            ("Status", record["status"]),
+            ("Started", human_time(state.info.started_at)),
+            ("Closed", human_time(state.info.closed_at)),
+            ("Attributes", ", ".join(record["attributeNames"]) or "-"),
+            (
+                "Channels",
+                ", ".join(f"{k}={v}" for k, v in sorted(record["channelSizes"].items())) or "-",
+            ),
+        ]
+    )
+    rows = [
+        [
+            s.step_execution_id,
+            s.phase,
+            str(s.attempt),
+            s.from_step_execution_id,
+            s.last_failure.message if s.last_failure else "-",
+        ]
+        for s in state.active_steps
+    ]
+    out.table("Active Steps", ["STEP EXECUTION", "PHASE", "ATTEMPT", "FROM", "LAST FAILURE"], rows)
+
+
+# --------------------------------------------------------------------------- flow history
+
+
+def _event_json(event: HistoryEventWire) -> dict[str, object]:
+    return {
+        "eventId": str(event.event_id),
+        "eventTime": rfc3339(event.event_time),
+        "type": event.type,
+        "payload": event.payload,
+    }
+
+
+def _event_row(event: HistoryEventWire) -> list[str]:
+    payload = msgspec.json.decode(event.payload)
+    ctx = payload.get("context", {}) if isinstance(payload, dict) else {}
+    if not isinstance(ctx, dict):
+        ctx = {}
+    what = ctx.get("stepExecutionId") or ""
+    if event.type == "RpcExecutionCompleted" and isinstance(payload, dict):
+        what = f"rpc {payload.get('rpcName', '')}"
+    elif event.type == "FlowClosed" and isinstance(payload, dict):
+        what = str(payload.get("status") or payload.get("flowStatus") or "")
+    elif event.type == "FlowStarted" and isinstance(payload, dict):
+        what = str(payload.get("startStepType") or payload.get("flowType") or "")
+    detail = ""
+    if ctx.get("finalAttempt") is not None:
+        detail = f"attempt {ctx['finalAttempt']}"
+    if ctx.get("duration") is not None:
+        detail += f", {ctx['duration']}"
+    return [str(event.event_id), human_time(event.event_time), event.type, what, detail]
+
+
+async def flow_history(
+    conn: Connection,
+    out: Printer,
+    flow_id: str,
+    *,
+    run_id: str,
+    page_size: int,
+    page_token: str | None,
+    fetch_all: bool,
+) -> None:
+    events: list[HistoryEventWire] = []
+    token = page_token
+    async with connect(conn) as client:
+        while True:
+            page = await client.get_history(
+                flow_id, run_id=run_id, page_size=page_size, page_token=token
+            )
+            run_id = page.run_id
+            events.extend(page.events)
+            token = page.next_page_token or None
+            if not fetch_all or token is None:
+                break
+    if out.json:
+        out.emit_json(
+            {
+                "flowId": flow_id,
+                "runId": run_id,
+                "events": [_event_json(e) for e in events],
+                "nextPageToken": token,
+            }
+        )
+        return
+    out.table(
+        f"History of {flow_id} (run {run_id})",
+        ["ID", "TIME", "TYPE", "STEP / WHAT", "DETAIL"],
+        [_event_row(e) for e in events],
+    )
+    if token:
+        out.line(f"more: --page-token {token} (or --all)")
+
+
+# --------------------------------------------------------------------------- stop, health
+
+
+async def flow_stop(
+    conn: Connection, out: Printer, flow_id: str, *, stop_type: str, reason: str | None
+) -> None:
+    if stop_type not in STOP_TYPES:
+        raise usage_error(f"--type: expected one of {', '.join(STOP_TYPES)}, got {stop_type!r}")
+    options = dex.StopFlowOptions(type=dex.StopType(stop_type), reason=reason)
+    async with connect(conn) as client:
+        await client.stop_flow(flow_id, options)
+    if out.json:
+        out.emit_json({"flowId": flow_id, "stopped": True, "type": stop_type})
+    else:
+        out.line(f"stop requested for {flow_id} ({stop_type})")
+
+
+async def health(conn: Connection, out: Printer) -> None:
+    async with connect(conn) as client:
+        result = await client.health_check()
+    record = {
+        "server": conn.server,
+        "ok": bool(result.ok),
+        "version": result.version,
+        "store": result.store,
+    }
+    if out.json:
+        out.emit_json(record)
+    else:
+        out.line(f"{conn.server}: ok (server {result.version}, store {result.store})")
+
+
+def cli_version() -> str:
+    try:
+        return version("dex-server")
+    except PackageNotFoundError:  # running from a source tree without metadata
+        return "0+unknown"
+
+
+def show_version(out: Printer) -> None:
+    record = {"dexcli": cli_version(), "protocol": PROTOCOL_VERSION}
+    if out.json:
+        out.emit_json(record)
+    else:
+        out.line(f"dexcli {record['dexcli']} (protocol {PROTOCOL_VERSION})")

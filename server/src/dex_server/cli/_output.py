@@ -1,0 +1,127 @@
+"""How dexcli prints: JSON for programs, Rich tables for people, one-line errors."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+# Exit codes shared by every command.
+EXIT_REQUEST_FAILED = 1
+EXIT_USAGE = 2
+
+
+class OutputFormat(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Connection:
+    """Where and how to reach the server (the global options)."""
+
+    server: str
+    token: str | None
+    timeout_s: float
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr, with its exit code."""
+
+    def __init__(self, message: str, *, code: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.exit_code = exit_code
+
+
+def usage_error(message: str) -> CliError:
+    return CliError(message, code="USAGE", exit_code=EXIT_USAGE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Printer:
+    """Writes results to stdout and errors to stderr in the chosen format."""
+
+    fmt: OutputFormat = OutputFormat.TABLE
+
+    @property
+    def json(self) -> bool:
+        return self.fmt is OutputFormat.JSON
+
+    def emit_json(self, obj: object) -> None:
+        # msgspec passes msgspec.Raw values (history payloads) through untouched.
+        data = msgspec.json.format(msgspec.json.encode(obj), indent=2)
+        sys.stdout.write(data.decode() + "\n")
+        sys.stdout.flush()
+
+    def table(
+        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]
+    ) -> None:
+        table = Table(title=title, show_lines=False, header_style="bold")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        self.console().print(table)
+
+    def fields(self, pairs: Sequence[tuple[str, str]]) -> None:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        for key, value in pairs:
+            table.add_row(key, value)
+        self.console().print(table)
+
+    def line(self, text: str) -> None:
+        self.console().print(text, highlight=False, soft_wrap=True)
+
+    def console(self) -> Console:
+        return Console(soft_wrap=False)
+
+    def error(self, err: CliError) -> None:
+        if self.json:
+            body = msgspec.json.encode({"error": {"code": err.code, "message": err.message}})
+            sys.stderr.write(body.decode() + "\n")
+        else:
+            sys.stderr.write(f"error: {_one_line(err.message)}\n")
+        sys.stderr.flush()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def rfc3339(unix_s: float | None) -> str | None:
+    """Format unix seconds as RFC 3339 UTC with a ``Z`` suffix (None stays None)."""
+    if unix_s is None:
+        return None
+    stamp = datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="microseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def human_time(unix_s: float | None) -> str:
+    if unix_s is None:
+        return "-"
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def camel_keys(obj: Any) -> Any:
+    """Recursively rename snake_case dict keys to camelCase (JSON output convention)."""
+    if isinstance(obj, dict):
+        return {camel(str(k)): camel_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [camel_keys(v) for v in obj]
+    return obj

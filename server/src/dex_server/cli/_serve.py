@@ -1,0 +1,184 @@
+"""``dexcli dev`` and ``dexcli server``: run the Dex server in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dex_server.app import ServerConfig, serve
+from dex_server.cli._durations import human_duration, is_loopback, parse_duration
+from dex_server.cli._output import usage_error
+
+ENGINES = ("zd",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevArgs:
+    data_dir: Path
+    host: str
+    port: int
+    address_file: Path | None
+    retention: str
+    engine: str
+    token_file: Path | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerArgs:
+    database_url: str
+    host: str
+    port: int
+    token_file: Path | None
+    retention: str
+
+
+def dev_config(args: DevArgs) -> ServerConfig:
+    """Build the configuration of ``dexcli dev`` (SQLite in the data folder, loopback only)."""
+    if args.engine not in ENGINES:
+        raise usage_error(f"--engine: unknown engine {args.engine!r} (available: zd)")
+    if not is_loopback(args.host):
+        raise usage_error(
+            f"--host: dexcli dev binds loopback addresses only, not {args.host!r}; "
+            "use `dexcli server` to serve other machines"
+        )
+    data_dir = args.data_dir.expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        database_path=data_dir / "dex.sqlite3",
+        address_file=(args.address_file or data_dir / "address").resolve(),
+        token=_read_token(args.token_file, env=None),
+        retention_s=parse_duration(args.retention, option="--retention"),
+    )
+
+
+def server_config(args: ServerArgs) -> ServerConfig:
+    """Build the configuration of ``dexcli server`` from its database URL."""
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        database_path=sqlite_path(args.database_url),
+        address_file=None,
+        token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
+        retention_s=parse_duration(args.retention, option="--retention"),
+    )
+
+
+def sqlite_path(url: str) -> Path:
+    """Return the file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL.
+
+    Raises:
+        CliError: usage error for PostgreSQL (not available yet) and other schemes.
+
+    """
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        raise usage_error(
+            "--database-url: PostgreSQL is not supported yet; use sqlite:///PATH for now"
+        )
+    if scheme != "sqlite" or not sep or not rest.startswith("/") or rest == "/":
+        raise usage_error(
+            f"--database-url: expected sqlite:///relative/path or sqlite:////absolute/path, "
+            f"got {url!r}"
+        )
+    path = Path(rest[1:]).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read_token(token_file: Path | None, *, env: str | None) -> str | None:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise usage_error(f"--token-file: cannot read {token_file}: {exc.strerror}") from exc
+        if not token:
+            raise usage_error(f"--token-file: {token_file} is empty")
+        return token
+    if env is not None:
+        return os.environ.get(env) or None
+    return None
+
+
+def run(config: ServerConfig, *, banner: bool) -> None:
+    """Serve until SIGINT or SIGTERM, then stop gracefully; print where to connect."""
+
+    # A signal that arrives before the server installs its own handlers (or that it
+    # re-raises after its graceful stop) ends up here and means "stop", not a traceback.
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        _event_loop_run(_serve(config, banner=banner))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if config.address_file is not None:
+            # Nobody listens there any more: do not leave a stale address behind.
+            config.address_file.unlink(missing_ok=True)
+    _info("dex server stopped")
+
+
+def _event_loop_run(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] installs it; plain asyncio works too
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
+async def _serve(config: ServerConfig, *, banner: bool) -> None:
+    ready = asyncio.Event()
+    server = asyncio.create_task(serve(config, ready=ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({server, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if server.done():
+        waiter.cancel()
+        await server  # startup failed: raise its error
+        return
+    address = _listening_address(config)
+    if banner:
+        _banner(config, address)
+    else:
+        _info(f"dex server listening on {address} (store: sqlite {config.database_path})")
+    await server
+
+
+def _listening_address(config: ServerConfig) -> str:
+    if config.address_file is not None and config.address_file.exists():
+        return config.address_file.read_text().strip()
+    return f"{config.host}:{config.port}"
+
+
+def _banner(config: ServerConfig, address: str) -> None:
+    lines = [
+        f"Dex dev server listening on {address}",
+        f"  store:      sqlite {config.database_path}",
+        f"  retention:  closed Flows kept {human_duration(config.retention_s)}",
+        f"  auth:       {'bearer token required' if config.token else 'none (loopback only)'}",
+        "",
+        "Point Workers and Clients at it:",
+        f"  export DEX_SERVER_ADDRESS={address}",
+        f'  dex.WorkerOptions(server_address="{address}")',
+        f'  dex.ClientOptions(server_address="{address}")',
+        f"  dexcli --server {address} flow list",
+        "",
+        "Press Ctrl-C to stop.",
+    ]
+    _info("\n".join(lines))
+
+
+def _info(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
