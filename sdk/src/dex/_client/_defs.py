@@ -1,0 +1,163 @@
+"""What the Client needs from definitions: specs, codecs, physical names, Stream owners."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from msgspec import Raw
+
+from dex._codec import Codec, codec_for
+from dex._protocol import FlowSpec
+from dex._rpc import rpc_info
+from dex._spec import flow_spec as _flow_spec
+from dex._state._common import instance_name
+from dex._step import step_input_type
+from dex.errors import FlowDefinitionError
+
+__all__ = [
+    "RpcCall",
+    "StreamTarget",
+    "encode_initial_attributes",
+    "encode_start_input",
+    "flow_spec",
+    "map_instance_name",
+    "quote_segment",
+    "rpc_call_info",
+    "stream_target",
+]
+
+
+def quote_segment(value: str) -> str:
+    """Quote one URL path segment (Flow IDs may hold any character)."""
+    return quote(value, safe="")
+
+
+def _codec(registry: Any, tp: object) -> Codec:
+    codecs = getattr(registry, "codec_registry", None)
+    if codecs is not None:
+        found: Codec = codecs.get(tp)
+        return found
+    return codec_for(tp)
+
+
+def flow_spec(flow: Any) -> FlowSpec:
+    """Return the Flow's wire spec (validated)."""
+    return _flow_spec(flow)
+
+
+def encode_start_input(flow: Any, value: Any) -> Raw | None:
+    """Encode the start input with the start Step's codec (None without a start Step).
+
+    Raises:
+        ValueMappingError: the value does not match the start Step's input type.
+        FlowDefinitionError: the Flow has no start Step but an input was given.
+
+    """
+    start = flow.get_steps().start
+    if start is None:
+        if value is not None:
+            raise FlowDefinitionError(
+                f"Flow {flow.get_flow_type()!r} has no start Step; start it with input=None"
+            )
+        return None
+    return Raw(codec_for(step_input_type(start)).encode(value))
+
+
+def encode_initial_attributes(items: Iterable[Any]) -> list[tuple[str, Raw]]:
+    """``(physical name, encoded value)`` of each ``StartFlowOptions`` initial value."""
+    out: list[tuple[str, Raw]] = []
+    for item in items:
+        handle = item.attribute
+        name = handle.name if item.key is None else instance_name(handle.name, item.key)
+        out.append((name, Raw(codec_for(handle.value_type).encode(item.value))))
+    return out
+
+
+def map_instance_name(attribute_map: Any, key: str) -> str:
+    """Physical name of one AttributeMap instance."""
+    return instance_name(attribute_map.name, key)
+
+
+@dataclass(frozen=True, slots=True)
+class RpcCall:
+    name: str
+    timeout_s: float
+    input_codec: Codec | None
+    output_codec: Codec | None
+
+    def encode_input(self, value: Any) -> Raw | None:
+        if self.input_codec is None:
+            if value is not None:
+                raise FlowDefinitionError(f"RPC {self.name!r} takes no input")
+            return None
+        return Raw(self.input_codec.encode(value))
+
+    def decode_output(self, data: Raw | None) -> Any:
+        if self.output_codec is None or data is None:
+            return None
+        return self.output_codec.decode(bytes(data))
+
+
+def rpc_call_info(bound_rpc: Any) -> RpcCall:
+    """Name, timeout and codecs of ``flow.method`` for ``invoke_rpc``."""
+    info = rpc_info(bound_rpc)
+    return RpcCall(
+        name=info.name,
+        timeout_s=info.spec.timeout_s,
+        input_codec=None if info.input_type is None else codec_for(info.input_type),
+        output_codec=None if info.output_type is None else codec_for(info.output_type),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTarget:
+    flow_type: str
+    name: str
+    codec: Codec
+
+    def path(self, flow_id: str) -> str:
+        return (
+            f"/v1/streams/{quote_segment(self.flow_type)}/{quote_segment(self.name)}/"
+            f"{quote_segment(flow_id)}"
+        )
+
+    def encode(self, value: Any) -> Raw:
+        return Raw(self.codec.encode(value))
+
+    def decode(self, data: Raw) -> Any:
+        return self.codec.decode(bytes(data))
+
+
+def stream_target(registry: Any, stream: Any) -> StreamTarget:
+    """Find the Flow type that declares ``stream`` in ``registry``.
+
+    Raises:
+        FlowDefinitionError: no registered Flow, or more than one, declares the Stream.
+
+    """
+    owners: list[str] = []
+    for flow in _registered_flows(registry):
+        for decl in flow.get_persistence_schema().declarations:
+            if decl is stream:
+                owners.append(flow.get_flow_type())
+    if len(owners) != 1:
+        where = "no registered Flow" if not owners else f"several Flows ({', '.join(owners)})"
+        raise FlowDefinitionError(
+            f"Stream {getattr(stream, 'name', stream)!r} is declared by {where}; "
+            "the Client needs exactly one owner to address it"
+        )
+    return StreamTarget(flow_type=owners[0], name=stream.name, codec=codec_for(stream.value_type))
+
+
+def _registered_flows(registry: Any) -> list[Any]:
+    flows = getattr(registry, "flows", None)
+    if callable(flows):
+        flows = flows()
+    if flows is None:
+        return []
+    if isinstance(flows, dict):
+        return list(flows.values())
+    return list(flows)

@@ -1,0 +1,128 @@
+"""Options of the Client calls: frozen keyword-only records with the spec's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+
+class IdReusePolicy(enum.Enum):
+    """What ``start_flow`` does when the Flow ID was used before (spec §2.3).
+
+    ``DEFAULT`` rejects a running Flow and starts a new run over a closed one.
+    """
+
+    DEFAULT = "default"
+    ALLOW_IF_PREVIOUS_FAILED = "allow_if_previous_failed"
+    ALLOW_IF_NOT_RUNNING = "allow_if_not_running"
+    DISALLOW = "disallow"
+    ALLOW_TERMINATE_IF_RUNNING = "allow_terminate_if_running"
+
+
+class StopType(enum.Enum):
+    """How ``stop_flow`` closes a Flow: cancel (default), terminate, or fail with a reason."""
+
+    CANCEL = "cancel"
+    TERMINATE = "terminate"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientOptions:
+    """How a Client reaches the server.
+
+    Attributes:
+        server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
+            default ``"localhost:8801"``.
+        credential: bearer token for a server started with one; None sends no token.
+        timeout: seconds a single request may take (default 30). Long polls
+            (``wait_for_flow``, ``read_stream``) add their own wait on top.
+
+    """
+
+    server_address: str = "localhost:8801"
+    credential: str | None = None
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitialAttribute:
+    """One initial Attribute (``key is None``) or AttributeMap instance value of a start."""
+
+    attribute: Any
+    key: str | None
+    value: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartFlowOptions:
+    """Options of ``start_flow``; immutable once the Flow started.
+
+    Attributes:
+        id_reuse_policy: rule for a Flow ID used before (default ``IdReusePolicy.DEFAULT``).
+        request_id: idempotency key of this start; empty lets the server pick one.
+        ignore_already_started: when the ID is taken by a run started with the same
+            ``request_id``, return its run ID instead of raising
+            ``FlowAlreadyStartedError``.
+        start_delay: accept the start now, run the start Step after this delay.
+        initial_attributes: values written atomically with the Flow's creation; add them
+            with ``with_attribute`` / ``with_attribute_map``.
+
+    """
+
+    id_reuse_policy: IdReusePolicy = IdReusePolicy.DEFAULT
+    request_id: str = ""
+    ignore_already_started: bool = False
+    start_delay: timedelta | float | None = None
+    initial_attributes: tuple[InitialAttribute, ...] = ()
+
+    def with_attribute(self, attribute: Any, value: Any) -> StartFlowOptions:
+        """Return a copy that also sets the Attribute ``attribute`` to ``value`` at start."""
+        item = InitialAttribute(attribute=attribute, key=None, value=value)
+        return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
+
+    def with_attribute_map(self, attribute_map: Any, key: str, value: Any) -> StartFlowOptions:
+        """Return a copy that also sets instance ``key`` of ``attribute_map`` at start."""
+        if not key or "/" in key:
+            raise ValueError(f"AttributeMap key must be non-empty without '/': {key!r}")
+        item = InitialAttribute(attribute=attribute_map, key=key, value=value)
+        return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RPCInvokeOptions:
+    """Per-call options of ``invoke_rpc``.
+
+    Attributes:
+        timeout: seconds the server waits for the Worker; None uses the RPC's own timeout
+            (the server caps it at 60 s).
+        load_attribute_map_instances: extra map instances to deliver, as
+            ``(attribute_map, key)`` pairs.
+        lock_attribute_map_instances: extra map instances to lock for this call, as
+            ``(attribute_map, key)`` pairs; any lock makes the call transactional.
+
+    """
+
+    timeout: timedelta | float | None = None
+    load_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
+    lock_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopFlowOptions:
+    """Options of ``stop_flow``: the stop ``type`` (default CANCEL) and an optional reason."""
+
+    type: StopType = StopType.CANCEL
+    reason: str | None = None
+
+
+def seconds(value: timedelta | float | None) -> float | None:
+    """Convert a duration option to seconds (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)

@@ -1,0 +1,10 @@
+"""Workers: pull tasks from the server over one WebSocket and run the handlers."""
+
+from __future__ import annotations
+
+from dex._worker._async_worker import AsyncWorker
+from dex._worker._options import PullWorkerOptions, WorkerOptions
+from dex._worker._stats import WorkerStats
+from dex._worker._sync_worker import Worker
+
+__all__ = ["AsyncWorker", "PullWorkerOptions", "Worker", "WorkerOptions", "WorkerStats"]

@@ -1,0 +1,261 @@
+"""``AsyncWorker``: connect, register, run tasks, reconnect, drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
+
+from dex._blob_cache import BlobCache
+from dex._protocol import Register, Task, TaskResult
+from dex._transport import HttpTransport, auth_headers, ws_url
+from dex._worker._blobs import BlobResolver
+from dex._worker._options import WorkerOptions
+from dex._worker._session import RegistrationRejected, Session
+from dex._worker._stats import WorkerStats
+
+log = logging.getLogger("dex.worker")
+
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 5.0
+_PERMANENT_BACKOFF_S = 60.0
+_REGISTER_TIMEOUT_S = 10.0
+_MAX_FRAME_BYTES = 256 * 1024 * 1024
+_PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "BAD_REQUEST"})
+
+
+@cache
+def _sdk_version() -> str:
+    try:
+        return version("dex-sdk")
+    except PackageNotFoundError:
+        return "0"
+
+
+class AsyncWorker:
+    """Runs the Step and RPC handlers of a Registry's Flows for the server (asyncio).
+
+    Args:
+        registry: the ``Registry`` whose Flow types this Worker serves.
+        blob_cache: optional persistent ``BlobCache`` for large values; without one the
+            Worker keeps recent blobs in memory only.
+        options: server address, task slots, drain timeout, credential.
+
+    ``await worker.start()`` runs until ``await worker.stop()`` (or use ``await
+    worker.run()``, which also stops gracefully on SIGTERM/SIGINT). The Worker holds one
+    WebSocket to the server, reconnecting with backoff (0.1 s doubling to 5 s; 60 s after
+    the server rejects its credentials or registration). Sync handlers run in threads,
+    async handlers on this loop: they must not block it.
+
+    Start a Worker once; it is not reusable after ``stop()``.
+
+    """
+
+    def __init__(
+        self,
+        registry: Any,
+        blob_cache: BlobCache | None = None,
+        options: WorkerOptions = WorkerOptions(),  # noqa: B008 - frozen, safe to share
+    ) -> None:
+        self.registry = registry
+        self.blob_cache = blob_cache
+        self.options = options
+        pull = options.pull
+        self.max_tasks = pull.resolved_max_tasks()
+        self.reserved_rpc_tasks = pull.resolved_reserved_rpc_tasks()
+        self.max_step_tasks = self.max_tasks - self.reserved_rpc_tasks
+        self.app_worker_id = pull.resolved_app_worker_id()
+        self.stats = WorkerStats()
+        self._flow_specs = list(registry.flow_specs())
+        self.flow_types = frozenset(spec.flow_type for spec in self._flow_specs)
+        self.stopping = False
+        self._started = False
+        self._stop_event: asyncio.Event | None = None
+        self._registered: asyncio.Event | None = None
+        self._session: Session | None = None
+        self._drain_timeout: float | None = None
+        self._http: HttpTransport | None = None
+        self._blobs: BlobResolver | None = None
+        from dex._invoke import invoke
+
+        self._invoke = invoke
+
+    # ------------------------------------------------------------------ public API
+
+    async def start(self) -> None:
+        """Connect and serve tasks until ``stop()``; returns after the drain.
+
+        Raises:
+            RuntimeError: the Worker was started before.
+
+        """
+        if self._started:
+            raise RuntimeError("an AsyncWorker can be started only once")
+        self._started = True
+        self._events()
+        self._http = HttpTransport(
+            self.options.server_address, credential=self.options.credential, timeout=60.0
+        )
+        self._blobs = BlobResolver(self._http, self.blob_cache, self.stats)
+        try:
+            await self._connect_loop()
+        finally:
+            await self._http.aclose()
+
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop taking tasks, let running ones finish, then disconnect.
+
+        Args:
+            drain_timeout: seconds to let running tasks finish before cancelling them;
+                None uses ``PullWorkerOptions.stop_drain_timeout`` (default 30 s).
+
+        Safe to call more than once and before ``start()``; returns once the request is
+        recorded (await ``start()`` to know when the Worker finished).
+
+        """
+        self.stopping = True
+        if drain_timeout is not None:
+            self._drain_timeout = drain_timeout
+        self._events()[0].set()
+
+    async def wait_pull_registered(self, timeout: float | None = None) -> None:
+        """Wait until the Worker has registered with the server at least once.
+
+        Raises:
+            TimeoutError: not registered within ``timeout`` seconds.
+
+        """
+        registered = self._events()[1]
+        async with asyncio.timeout(timeout):
+            await registered.wait()
+
+    def is_registered(self) -> bool:
+        """Whether the Worker currently has a registered session."""
+        return self._session is not None
+
+    async def run(self) -> None:
+        """``start()`` with SIGTERM/SIGINT mapped to a graceful ``stop()``.
+
+        Signal handlers are installed only when called from the main thread.
+        """
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                installed.append(sig)
+            except (RuntimeError, ValueError, NotImplementedError):
+                pass
+        try:
+            await self.start()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    # ------------------------------------------------------------------ used by sessions
+
+    @property
+    def blobs(self) -> BlobResolver:
+        assert self._blobs is not None
+        return self._blobs
+
+    async def invoke(self, task: Task, io: Any) -> TaskResult:
+        result: TaskResult = await self._invoke(self.registry, task, io)
+        return result
+
+    def register_frame(self) -> Register:
+        return Register(
+            app_worker_id=self.app_worker_id,
+            flows=self._flow_specs,
+            max_concurrent_tasks=self.max_tasks,
+            reserved_rpc_tasks=self.reserved_rpc_tasks,
+            sdk_version=_sdk_version(),
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+        if self._stop_event is None or self._registered is None:
+            self._stop_event = asyncio.Event()
+            self._registered = asyncio.Event()
+            if self.stopping:
+                self._stop_event.set()
+        return self._stop_event, self._registered
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("received %s: stopping gracefully", signal.Signals(sig).name)
+        self.stopping = True
+        self._events()[0].set()
+
+    async def _connect_loop(self) -> None:
+        stop_event, registered = self._events()
+        backoff = _BACKOFF_MIN_S
+        url = ws_url(self.options.server_address, "/v1/worker")
+        headers = auth_headers(self.options.credential)
+        while not self.stopping:
+            delay = backoff
+            try:
+                async with connect(
+                    url,
+                    additional_headers=headers,
+                    max_size=_MAX_FRAME_BYTES,
+                    compression=None,
+                    open_timeout=_REGISTER_TIMEOUT_S,
+                ) as ws:
+                    session = Session(self, ws)
+                    await session.register(_REGISTER_TIMEOUT_S)
+                    self.stats.connections += 1
+                    backoff = _BACKOFF_MIN_S
+                    self._session = session
+                    registered.set()
+                    log.info("registered as %s at %s", self.app_worker_id, url)
+                    await self._serve_until_stop(session, stop_event)
+                    self._session = None
+                    delay = _BACKOFF_MIN_S
+            except RegistrationRejected as exc:
+                self._session = None
+                permanent = exc.code in _PERMANENT_CODES
+                delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                log.error("server rejected the Worker registration (%s); retry in %ss", exc, delay)
+            except InvalidStatus as exc:
+                self._session = None
+                status = exc.response.status_code
+                permanent = status in (401, 403)
+                delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                log.error(
+                    "server refused the Worker connection (HTTP %s); retry in %ss", status, delay
+                )
+            except (OSError, TimeoutError, InvalidHandshake, WebSocketException) as exc:
+                self._session = None
+                log.warning("Worker connection failed (%s); retry in %.1fs", exc, delay)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            if not self.stopping:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await stop_event.wait()
+
+    async def _serve_until_stop(self, session: Session, stop_event: asyncio.Event) -> None:
+        serving = asyncio.create_task(session.serve(), name="dex-worker-session")
+        stopping = asyncio.create_task(stop_event.wait())
+        try:
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if serving.done():
+            exc = serving.exception()
+            log.warning("connection to the Dex server closed (%s); reconnecting", exc or "EOF")
+            return
+        drain = (
+            self._drain_timeout
+            if self._drain_timeout is not None
+            else self.options.pull.resolved_drain_timeout()
+        )
+        await session.drain(drain)
+        await serving

@@ -1,0 +1,291 @@
+"""One registered WebSocket session of a Worker: receives tasks, runs them, sends frames.
+
+All frames leave through one writer task in the order they were queued, so a task's
+heartbeats and Stream writes always reach the server before its result. Handlers run as
+asyncio tasks on the Worker's loop (``invoke`` moves sync handlers to threads itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from msgspec import Raw
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from dex._protocol import (
+    CancelTask,
+    ErrorInfo,
+    Heartbeat,
+    HeartbeatAck,
+    Registered,
+    RegisterRejected,
+    Reject,
+    ResultFrame,
+    StreamWrite,
+    Task,
+    TaskFrame,
+    TaskResult,
+    encoder,
+    server_frame_decoder,
+)
+
+if TYPE_CHECKING:
+    from dex._worker._async_worker import AsyncWorker
+
+log = logging.getLogger("dex.worker")
+
+# A handler still running this long after its deadline is cancelled by the Worker; the
+# server has already timed the attempt out by then.
+_DEADLINE_GRACE_S = 1.0
+
+
+class SessionLost(ConnectionError):
+    """The connection to the server closed while a task waited on it."""
+
+
+class _TaskIO:
+    """The ``dex._invoke.TaskIO`` of one task on this session."""
+
+    __slots__ = ("_seq", "_session", "cancelled", "task_id")
+
+    def __init__(self, session: Session, task_id: str) -> None:
+        self._session = session
+        self.task_id = task_id
+        self._seq = 0
+        self.cancelled = False
+
+    async def heartbeat(self, value: bytes | None, *, has_value: bool, durable: bool) -> None:
+        self._seq += 1
+        frame = Heartbeat(
+            task_id=self.task_id,
+            value=None if value is None else Raw(value),
+            has_value=has_value,
+            durable=durable,
+            seq=self._seq,
+        )
+        if not durable:
+            self._session.send(frame)
+            return
+        ack = self._session.expect_ack(self.task_id, self._seq)
+        self._session.send(frame)
+        await ack
+
+    def stream_write(self, stream: str, value: bytes) -> None:
+        self._session.send(StreamWrite(task_id=self.task_id, stream=stream, value=Raw(value)))
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+
+class Session:
+    def __init__(self, worker: AsyncWorker, ws: ClientConnection) -> None:
+        self._worker = worker
+        self._ws = ws
+        self._out: deque[bytes] = deque()
+        self._out_ready = asyncio.Event()
+        self._acks: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
+        self._steps_running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ registration
+
+    async def register(self, timeout: float) -> Registered:
+        """Send ``Register`` and wait for the answer.
+
+        Raises:
+            RegistrationRejected: the server refused this Worker.
+
+        """
+        await self._ws.send(encoder.encode(self._worker.register_frame()), text=True)
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = server_frame_decoder.decode(await self._ws.recv())
+                if isinstance(frame, Registered):
+                    return frame
+                if isinstance(frame, RegisterRejected):
+                    raise RegistrationRejected(frame.code, frame.message)
+                log.warning("ignoring %s frame before registration", type(frame).__name__)
+
+    # ------------------------------------------------------------------ main loop
+
+    async def serve(self) -> None:
+        """Run until the connection closes; then cancel every task still running."""
+        writer = asyncio.create_task(self._write_loop(), name="dex-worker-writer")
+        try:
+            async for message in self._ws:
+                self._on_frame(message)
+        except ConnectionClosed:
+            pass
+        finally:
+            self._closed = True
+            self._abandon_all()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    def _on_frame(self, message: str | bytes) -> None:
+        frame = server_frame_decoder.decode(message)
+        if isinstance(frame, TaskFrame):
+            self._on_task(frame.task)
+        elif isinstance(frame, HeartbeatAck):
+            ack = self._acks.pop((frame.task_id, frame.seq), None)
+            if ack is not None and not ack.done():
+                ack.set_result(None)
+        elif isinstance(frame, CancelTask):
+            self._cancel(frame.task_id)
+        else:
+            log.warning("unexpected %s frame", type(frame).__name__)
+
+    def _on_task(self, task: Task) -> None:
+        worker = self._worker
+        worker.stats.tasks_received += 1
+        reason: Any = None
+        if worker.stopping:
+            reason = "stopping"
+        elif task.flow_type not in worker.flow_types:
+            reason = "unknown_name"
+        elif task.task_id in self._tasks or len(self._tasks) >= worker.max_tasks:
+            reason = "no_capacity"
+        elif task.kind != "rpc" and self._steps_running >= worker.max_step_tasks:
+            reason = "no_capacity"
+        if reason is not None:
+            worker.stats.tasks_rejected += 1
+            self.send(Reject(task_id=task.task_id, reason=reason))
+            return
+        io = _TaskIO(self, task.task_id)
+        if task.kind != "rpc":
+            self._steps_running += 1
+        handle = asyncio.create_task(self._run(task, io), name=f"dex-task-{task.task_id}")
+        self._tasks[task.task_id] = (handle, io)
+        self._idle.clear()
+
+    async def _run(self, task: Task, io: _TaskIO) -> None:
+        worker = self._worker
+        result: TaskResult | None = None
+        try:
+            if task.blob_refs or task.input_blob:
+                task = await worker.blobs.resolve(task)
+            if task.deadline > 0:
+                remaining = task.deadline - time.time() + _DEADLINE_GRACE_S
+                async with asyncio.timeout(max(remaining, 0.0)):
+                    result = await worker.invoke(task, io)
+            else:
+                result = await worker.invoke(task, io)
+        except asyncio.CancelledError:
+            if not io.cancelled:
+                raise
+        except TimeoutError:
+            result = _error_result(task, "TaskDeadlineExceeded", "the task's deadline passed")
+        except SessionLost:
+            io.cancelled = True
+        except Exception as exc:  # invoke turns user errors into results; this is ours
+            log.exception("task %s failed inside the Worker", task.task_id)
+            result = _error_result(task, type(exc).__name__, str(exc), traceback.format_exc())
+        finally:
+            self._tasks.pop(task.task_id, None)
+            if task.kind != "rpc":
+                self._steps_running -= 1
+            if not self._tasks:
+                self._idle.set()
+        if io.cancelled or result is None:
+            worker.stats.tasks_cancelled += 1
+            return
+        worker.stats.tasks_completed += 1
+        self.send(ResultFrame(result=result))
+
+    def _cancel(self, task_id: str) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            return
+        handle, io = entry
+        io.cancelled = True
+        handle.cancel()
+
+    def _abandon_all(self) -> None:
+        for ack in self._acks.values():
+            if not ack.done():
+                ack.set_exception(SessionLost("connection to the Dex server lost"))
+                ack.exception()
+        self._acks.clear()
+        for task_id in list(self._tasks):
+            self._cancel(task_id)
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, frame: Any) -> None:
+        """Queue a frame; it is sent after every frame queued before it. Never blocks."""
+        if self._closed:
+            return
+        self._out.append(encoder.encode(frame))
+        self._out_ready.set()
+
+    def expect_ack(self, task_id: str, seq: int) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._closed:
+            fut.set_exception(SessionLost("connection to the Dex server lost"))
+        else:
+            self._acks[(task_id, seq)] = fut
+        return fut
+
+    async def _write_loop(self) -> None:
+        out = self._out
+        while True:
+            await self._out_ready.wait()
+            self._out_ready.clear()
+            while out:
+                data = out.popleft()
+                try:
+                    await self._ws.send(data, text=True)
+                except ConnectionClosed:
+                    return
+
+    # ------------------------------------------------------------------ stopping
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for running tasks, cancel the rest, flush, and close."""
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._idle.wait()
+        if self._tasks:
+            log.warning("cancelling %d task(s) still running after the drain", len(self._tasks))
+            handles = [handle for handle, _ in self._tasks.values()]
+            for task_id in list(self._tasks):
+                self._cancel(task_id)
+            await asyncio.gather(*handles, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):  # let queued results reach the server
+            async with asyncio.timeout(5.0):
+                while self._out and not self._closed:
+                    await asyncio.sleep(0.005)
+        await self._ws.close()
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+
+class RegistrationRejected(Exception):
+    """The server answered ``RegisterRejected``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def _error_result(
+    task: Task, error_type: str, message: str, stack: str | None = None
+) -> TaskResult:
+    return TaskResult(
+        task_id=task.task_id,
+        error=ErrorInfo(error_type=error_type, message=message, stack=stack),
+    )
