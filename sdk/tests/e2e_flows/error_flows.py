@@ -1,0 +1,83 @@
+"""Flows for bad input: a decision naming a Step the Flow lacks, typed inputs, big values."""
+
+from __future__ import annotations
+
+from dex import (
+    Attribute,
+    Context,
+    Flow,
+    PersistenceSchema,
+    Step,
+    StepDecision,
+    StepList,
+    rpc,
+)
+
+MARK = Attribute("mark", int)
+BLOB = Attribute("blob", str)
+
+
+class Unregistered(Step[int]):
+    """Deliberately absent from every Flow's Step list."""
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input)
+
+
+class GoAstray(Step[int]):
+    """Writes ``mark`` and names a Step the Flow does not have: nothing may commit."""
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        MARK.set(context, input)
+        return StepDecision.go_to(Unregistered, input)
+
+
+class StrayDecision(Flow[int]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(GoAstray())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(MARK)
+
+    @rpc
+    def mark(self, context: Context) -> int:
+        return MARK.get(context)
+
+
+class Store(Step[str]):
+    """Stores its (large) input in the ``blob`` Attribute and completes."""
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        BLOB.set(context, input)
+        return StepDecision.graceful_complete(len(input))
+
+
+class Keeper(Flow[str]):
+    """Keeps a value in an Attribute; ``size`` reads it back (effect-free)."""
+
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Store())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(BLOB)
+
+    @rpc
+    def size(self, context: Context) -> int:
+        return len(BLOB.get(context) or "")
+
+    @rpc
+    def touch(self, context: Context) -> None:
+        BLOB.set(context, "touched")
+
+
+class NotRegistered(Flow[int]):
+    """A Flow no Registry holds."""
+
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Unregistered())
+
+
+STRAY_DECISION = StrayDecision()
+KEEPER = Keeper()
+NOT_REGISTERED = NotRegistered()
+FLOWS = [STRAY_DECISION, KEEPER]

@@ -1,0 +1,255 @@
+"""End to end: bad input gets a typed error and changes nothing; retention deletes closed
+Flows with their blobs; a server with a token rejects Clients and Workers without it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+import pytest_asyncio
+from dex import FlowStatus
+from dex._codec import codec_for
+from dex._protocol import (
+    ApiError,
+    InvokeRpcRequest,
+    Register,
+    RegisterRejected,
+    StartFlowRequest,
+    server_frame_decoder,
+)
+from dex._spec import flow_spec
+from dex.errors import (
+    FlowAlreadyStartedError,
+    FlowNotActiveOrNotFoundError,
+    FlowNotFoundError,
+    LimitExceededError,
+    UnauthenticatedError,
+    ValueMappingError,
+)
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.e2e_flows import error_flows, rpc_flows, step_flows
+from tests.e2e_flows.harness import Stack, e2e_stack, history, unique_id
+from tests.e2e_flows.step_flows import Trace
+from tests.support import async_wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+MAX_VALUE_BYTES = 64 * 1024
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    directory = tmp_path_factory.mktemp("e2e-errors")
+    async with e2e_stack(directory, max_value_bytes=MAX_VALUE_BYTES) as running:
+        yield running
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    return msgspec.json.decode(response.content, type=ApiError)
+
+
+async def _absent(stack: Stack, flow_id: str) -> None:
+    with pytest.raises(FlowNotFoundError):
+        await stack.client.describe_flow(flow_id)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+async def test_unknown_flow_id(stack: Stack) -> None:
+    flow_id = unique_id("nobody")
+    with pytest.raises(FlowNotFoundError):
+        await stack.client.describe_flow(flow_id)
+    with pytest.raises(FlowNotFoundError):
+        await stack.client.wait_for_flow(flow_id, timeout=1)
+    with pytest.raises(FlowNotFoundError):
+        await stack.client.get_history(flow_id)
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await stack.client.invoke_rpc(rpc_flows.RPC_FLOW.echo, flow_id, "x")
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await stack.client.stop_flow(flow_id)
+
+
+async def test_unknown_flow_type_and_unknown_rpc(stack: Stack) -> None:
+    flow_id = unique_id("ghost")
+    spec = flow_spec(step_flows.SEQUENTIAL)
+    request = StartFlowRequest(flow_type="NoSuchFlowType", flow_id=flow_id, spec=spec)
+    async with httpx.AsyncClient(base_url=stack.server.url) as http:
+        response = await http.post("/v1/flows", content=msgspec.json.encode(request))
+        assert response.status_code == 400, response.text
+        assert _api_error(response).code in ("UNKNOWN_FLOW_TYPE", "BAD_REQUEST")
+        await _absent(stack, flow_id)
+
+        running = unique_id("has-rpcs")
+        await stack.client.start_flow(rpc_flows.RPC_FLOW, running)
+        call = InvokeRpcRequest(rpc_name="no_such_rpc")
+        response = await http.post(f"/v1/flows/{running}/rpc", content=msgspec.json.encode(call))
+        assert response.status_code == 400, response.text
+        assert _api_error(response).code == "UNKNOWN_RPC"
+        await stack.client.stop_flow(running)
+
+
+async def test_running_duplicate_flow_id_is_rejected_and_unchanged(stack: Stack) -> None:
+    flow_id = unique_id("dup")
+    run_id = await stack.client.start_flow(rpc_flows.RPC_FLOW, flow_id)
+    with pytest.raises(FlowAlreadyStartedError):
+        await stack.client.start_flow(rpc_flows.RPC_FLOW, flow_id)
+    info = await stack.client.describe_flow(flow_id)
+    assert (info.run_id, info.status) == (run_id, FlowStatus.RUNNING)
+    events = await history(stack.client, flow_id)
+    assert [e.type for e in events].count("FlowStarted") == 1
+    await stack.client.stop_flow(flow_id)
+
+
+async def test_oversized_payload_is_rejected_and_nothing_is_created(stack: Stack) -> None:
+    flow_id = unique_id("huge")
+    with pytest.raises(LimitExceededError) as raised:
+        await stack.client.start_flow(error_flows.KEEPER, flow_id, "x" * (MAX_VALUE_BYTES * 2))
+    assert str(MAX_VALUE_BYTES) in f"{raised.value} {raised.value.detail}"
+    await _absent(stack, flow_id)
+
+
+async def test_malformed_json_to_the_api(stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=stack.server.url) as http:
+        response = await http.post("/v1/flows", content=b'{"flow_type": "Sequential",')
+        assert response.status_code == 400
+        assert _api_error(response).code == "BAD_REQUEST"
+
+        response = await http.post("/v1/flows", content=b'{"flow_type": "Sequential"}')
+        assert response.status_code == 400
+        error = _api_error(response)
+        assert error.code == "BAD_REQUEST"
+        assert "flow_id" in f"{error.message} {error.detail}"
+
+        response = await http.get("/v1/flows/x/history", params={"page_size": "many"})
+        assert response.status_code in (400, 404)
+
+
+async def test_value_not_matching_the_declared_type(stack: Stack) -> None:
+    flow_id = unique_id("mistyped")
+    with pytest.raises(ValueMappingError):
+        await stack.client.start_flow(step_flows.SEQUENTIAL, flow_id, "not an int")
+    await _absent(stack, flow_id)
+
+    running = unique_id("mistyped-rpc")
+    await stack.client.start_flow(rpc_flows.RPC_FLOW, running)
+    with pytest.raises(ValueMappingError):
+        await stack.client.invoke_rpc(rpc_flows.RPC_FLOW.echo, running, 123)
+    with pytest.raises(ValueMappingError):
+        await stack.client.invoke_rpc(rpc_flows.RPC_FLOW.park_steps, running, "three")
+    assert (await stack.client.describe_flow(running)).status is FlowStatus.RUNNING
+    await stack.client.stop_flow(running)
+
+    flow_id = unique_id("typed-ok")
+    await stack.client.start_flow(step_flows.SEQUENTIAL, flow_id, 0)
+    result = await stack.client.wait_for_flow(flow_id, timeout=20)
+    assert result.single_output(Trace).value == 2
+
+
+async def test_decision_naming_an_unregistered_step_commits_nothing(stack: Stack) -> None:
+    flow_id = unique_id("astray")
+    await stack.client.start_flow(error_flows.STRAY_DECISION, flow_id, 7)
+    result = await stack.client.wait_for_flow(flow_id, timeout=20)
+
+    assert result.status is FlowStatus.FAILED
+    assert result.error_type in ("INVALID_USER_FLOW_CODE", "WORKER_API_FAIL")
+    assert "Unregistered" in (result.error_message or "")
+    # the attempt's Attribute write was not committed
+    assert await stack.client.invoke_rpc(error_flows.STRAY_DECISION.mark, flow_id) == 0
+    events = await history(stack.client, flow_id)
+    assert "StepExecuteCompleted" not in [e.type for e in events]
+
+
+# --------------------------------------------------------------------------- retention
+
+
+async def test_closed_flow_is_readable_until_retention_then_gone_with_its_blobs(
+    tmp_path: Path,
+) -> None:
+    async with e2e_stack(tmp_path, retention_s=2.0, retention_sweep_interval_s=0.2) as stack:
+        client = stack.client
+        flow_id = unique_id("retained")
+        value = "r" * 10_000  # above the 2 KiB blob threshold
+        await client.start_flow(error_flows.KEEPER, flow_id, value)
+        result = await client.wait_for_flow(flow_id, timeout=20)
+        assert result.single_output(int) == len(value)
+
+        blob = hashlib.sha256(codec_for(str).encode(value)).hexdigest()
+        async with httpx.AsyncClient(base_url=stack.server.url) as http:
+            assert (await http.get(f"/v1/blobs/{blob}")).content == codec_for(str).encode(value)
+
+            assert (await client.describe_flow(flow_id)).status is FlowStatus.COMPLETED
+            assert [e.type for e in await history(client, flow_id)][-1] == "FlowClosed"
+            assert await client.invoke_rpc(error_flows.KEEPER.size, flow_id) == len(value)
+            with pytest.raises(FlowNotActiveOrNotFoundError):
+                await client.invoke_rpc(error_flows.KEEPER.touch, flow_id)
+
+            async def deleted() -> bool:
+                try:
+                    await client.describe_flow(flow_id)
+                except FlowNotFoundError:
+                    return True
+                return False
+
+            await async_wait_until("retention deleted the Flow", deleted, timeout=15)
+            with pytest.raises(FlowNotFoundError):
+                await client.get_history(flow_id)
+            with pytest.raises(FlowNotFoundError):
+                await client.wait_for_flow(flow_id, timeout=1)
+            with pytest.raises(FlowNotActiveOrNotFoundError):
+                await client.invoke_rpc(error_flows.KEEPER.size, flow_id)
+            assert (await http.get(f"/v1/blobs/{blob}")).status_code == 404
+            listed = await client.list_flows(flow_type="Keeper")
+            assert flow_id not in [f.flow_id for f in listed.flows]
+
+
+# --------------------------------------------------------------------------- auth
+
+
+async def test_server_with_token_rejects_clients_and_workers_without_it(tmp_path: Path) -> None:
+    token = "e2e-secret-token"
+    async with e2e_stack(tmp_path, token=token) as stack:
+        flow_id = unique_id("auth")
+        for credential in (None, "wrong-token"):
+            async with stack.client_for(credential) as outsider:
+                with pytest.raises(UnauthenticatedError):
+                    await outsider.start_flow(step_flows.SEQUENTIAL, flow_id, 1)
+                with pytest.raises(UnauthenticatedError):
+                    await outsider.describe_flow(flow_id)
+                assert (await outsider.health_check()).ok
+        await _absent(stack, flow_id)
+
+        async with httpx.AsyncClient(base_url=stack.server.url) as http:
+            response = await http.get("/v1/flows")
+            assert response.status_code == 401
+            assert _api_error(response).code == "UNAUTHENTICATED"
+
+        assert await _worker_rejected(stack.server.address, None)
+        assert await _worker_rejected(stack.server.address, "wrong-token")
+
+        # the Worker child started with the token serves Flows started with it
+        await stack.client.start_flow(step_flows.SEQUENTIAL, flow_id, 1)
+        result = await stack.client.wait_for_flow(flow_id, timeout=20)
+        assert result.single_output(Trace).value == 4
+
+
+async def _worker_rejected(address: str, token: str | None) -> bool:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    register = Register(
+        app_worker_id="intruder", flows=[], max_concurrent_tasks=1, reserved_rpc_tasks=0
+    )
+    try:
+        async with connect(f"ws://{address}/v1/worker", additional_headers=headers) as ws:
+            await ws.send(msgspec.json.encode(register).decode())
+            frame = server_frame_decoder.decode(await ws.recv())
+            return isinstance(frame, RegisterRejected) and frame.code == "UNAUTHENTICATED"
+    except InvalidStatus as exc:
+        return exc.response.status_code in (401, 403)
+    except ConnectionClosed:
+        return True
