@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import socket
+
+import httpx
+import msgspec
+import pytest
+from dex import AsyncClient, Client, ClientOptions, FlowStatus
+from dex._protocol import HTTP_STATUS, ApiError, ErrorCode
+from dex._transport import HttpTransport, http_base_url, ws_url
+from dex.errors import (
+    BadRequestError,
+    DexServiceError,
+    FlowAlreadyStartedError,
+    FlowNotActiveOrNotFoundError,
+    FlowNotFoundError,
+    LimitExceededError,
+    LongPollTimeoutError,
+    RpcLockConflictError,
+    ServiceUnavailableError,
+    UnauthenticatedError,
+    WorkerInvocationError,
+)
+
+
+def _transport(handler: httpx.MockTransport) -> HttpTransport:
+    http = httpx.AsyncClient(base_url="http://dex.test", transport=handler)
+    return HttpTransport("dex.test", credential=None, timeout=5.0, http=http)
+
+
+def _answer(code: str, *, detail: str, flow_id: str, retryable: bool) -> httpx.MockTransport:
+    error = ApiError(
+        code=code, message=f"boom {code}", detail=detail, flow_id=flow_id, retryable=retryable
+    )
+    body = msgspec.json.encode(error)
+    return httpx.MockTransport(lambda request: httpx.Response(HTTP_STATUS[code], content=body))
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        (ErrorCode.FLOW_ALREADY_STARTED, FlowAlreadyStartedError),
+        (ErrorCode.FLOW_NOT_FOUND, FlowNotFoundError),
+        (ErrorCode.FLOW_NOT_ACTIVE, FlowNotActiveOrNotFoundError),
+        (ErrorCode.WORKER_API_ERROR, WorkerInvocationError),
+        (ErrorCode.RPC_LOCK_CONFLICT, RpcLockConflictError),
+        (ErrorCode.LONG_POLL_TIMEOUT, LongPollTimeoutError),
+        (ErrorCode.LIMIT_EXCEEDED, LimitExceededError),
+        (ErrorCode.UNAUTHENTICATED, UnauthenticatedError),
+        (ErrorCode.BAD_REQUEST, BadRequestError),
+        (ErrorCode.UNAVAILABLE, ServiceUnavailableError),
+    ],
+)
+async def test_api_error_codes_map_to_exception_classes(
+    code: str, cls: type[DexServiceError]
+) -> None:
+    http = _transport(_answer(code, detail="more", flow_id="f-1", retryable=True))
+    with pytest.raises(cls) as info:
+        await http.raw("GET", "/v1/flows/f-1")
+    assert type(info.value) is cls
+    assert info.value.code == code
+    assert info.value.detail == "more"
+    assert info.value.flow_id == "f-1"
+    assert info.value.retryable is True
+    assert str(info.value) == f"boom {code}"
+    await http.aclose()
+
+
+async def test_non_json_error_body_maps_by_status() -> None:
+    http = _transport(httpx.MockTransport(lambda r: httpx.Response(503, text="overloaded")))
+    with pytest.raises(ServiceUnavailableError, match="overloaded") as info:
+        await http.raw("GET", "/v1/health")
+    assert info.value.retryable
+    await http.aclose()
+
+
+async def test_unknown_code_is_a_plain_service_error() -> None:
+    body = msgspec.json.encode(ApiError(code="SOMETHING_NEW", message="new"))
+    http = _transport(httpx.MockTransport(lambda r: httpx.Response(500, content=body)))
+    with pytest.raises(DexServiceError) as info:
+        await http.raw("GET", "/v1/health")
+    assert type(info.value) is DexServiceError
+    assert info.value.code == "SOMETHING_NEW"
+    await http.aclose()
+
+
+async def test_malformed_success_body_is_an_error() -> None:
+    http = _transport(httpx.MockTransport(lambda r: httpx.Response(200, text="{not json")))
+    with pytest.raises(DexServiceError, match="unexpected response"):
+        await http.call("GET", "/v1/flows/x", ApiError)
+    await http.aclose()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+async def test_unreachable_server_raises_service_unavailable() -> None:
+    options = ClientOptions(server_address=f"127.0.0.1:{_closed_port()}", timeout=2.0)
+    async with AsyncClient(None, options=options) as client:
+        with pytest.raises(ServiceUnavailableError) as info:
+            await client.describe_flow("nope")
+    assert info.value.retryable
+    assert info.value.code == ErrorCode.UNAVAILABLE
+
+
+def test_sync_client_raises_the_same_errors() -> None:
+    options = ClientOptions(server_address=f"127.0.0.1:{_closed_port()}", timeout=2.0)
+    with Client(None, options=options) as client, pytest.raises(ServiceUnavailableError):
+        client.health_check()
+
+
+def test_addresses() -> None:
+    assert http_base_url("localhost:8801") == "http://localhost:8801"
+    assert http_base_url("https://dex.example:443/") == "https://dex.example:443"
+    assert ws_url("localhost:8801", "/v1/worker") == "ws://localhost:8801/v1/worker"
+    assert ws_url("https://dex.example", "/v1/worker") == "wss://dex.example/v1/worker"
+
+
+def test_flow_status_values_match_the_wire() -> None:
+    assert [s.value for s in FlowStatus] == [
+        "running",
+        "completed",
+        "failed",
+        "canceled",
+        "terminated",
+    ]
+    assert not FlowStatus.RUNNING.is_closed
+    assert FlowStatus.FAILED.is_closed
