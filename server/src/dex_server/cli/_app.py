@@ -119,6 +119,10 @@ def server(
     retention: Annotated[
         str, typer.Option("--retention", help="How long closed Flows are kept.")
     ] = "3d",
+    address_file: Annotated[
+        Path | None,
+        typer.Option("--address-file", help="Write host:port here once listening."),
+    ] = None,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -130,6 +134,7 @@ def server(
             port=port,
             token_file=token_file,
             retention=retention,
+            address_file=address_file,
         )
     )
     _serve.run(config, banner=False)

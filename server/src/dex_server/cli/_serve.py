@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ class ServerArgs:
     port: int
     token_file: Path | None
     retention: str
+    address_file: Path | None
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -66,7 +69,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         host=args.host,
         port=args.port,
         database_path=sqlite_path(args.database_url),
-        address_file=None,
+        address_file=args.address_file.resolve() if args.address_file else None,
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
     )
@@ -117,15 +120,18 @@ def run(config: ServerConfig, *, banner: bool) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        _event_loop_run(_serve(config, banner=banner))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if config.address_file is not None:
+    with tempfile.TemporaryDirectory(prefix="dexcli-") as tmp:
+        # Without an address file of the caller's, use a private one to learn the bound port.
+        address_file = config.address_file or Path(tmp) / "address"
+        config = dataclasses.replace(config, address_file=address_file)
+        try:
+            _event_loop_run(_serve(config, banner=banner))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
             # Nobody listens there any more: do not leave a stale address behind.
-            config.address_file.unlink(missing_ok=True)
+            address_file.unlink(missing_ok=True)
     _info("dex server stopped")
 
 
@@ -152,6 +158,8 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         _banner(config, address)
     else:
         _info(f"dex server listening on {address} (store: sqlite {config.database_path})")
+        if config.token is None and not is_loopback(config.host):
+            _info("warning: no token (--token-file or DEX_SERVER_TOKEN): anyone can connect")
     await server
 
 

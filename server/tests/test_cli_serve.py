@@ -1,0 +1,136 @@
+"""``dexcli dev`` and ``dexcli server``: start, answer, stop on signals, refuse bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DEXCLI = Path(sys.executable).parent / "dexcli"
+
+
+def dexcli_cmd() -> list[str]:
+    return [str(DEXCLI)] if DEXCLI.exists() else [sys.executable, "-m", "dex_server.cli"]
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*dexcli_cmd(), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            raise AssertionError(f"dexcli exited with {proc.returncode}: {err}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def health(address: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*dexcli_cmd(), "--server", address, "health"], capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_dev_starts_prints_address_and_stops_on_signal(tmp_path: Path, sig: int) -> None:
+    address_file = tmp_path / "addr"
+    proc = spawn(
+        "dev", "--data-dir", str(tmp_path / "data"), "--port", "0",
+        "--address-file", str(address_file), "--engine", "zd",
+    )  # fmt: skip
+    try:
+        address = wait_for_file(address_file, proc)
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", address)
+        assert health(address).returncode == 0
+        assert (tmp_path / "data" / "dex.sqlite3").exists()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert f"listening on {address}" in out
+    assert f"DEX_SERVER_ADDRESS={address}" in out
+    assert "stopped" in out
+    assert "Traceback" not in err
+    assert not address_file.exists()  # no stale address left behind
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.com"])
+def test_dev_refuses_non_loopback_host(tmp_path: Path, host: str) -> None:
+    proc = subprocess.run(
+        [*dexcli_cmd(), "dev", "--data-dir", str(tmp_path), "--host", host],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "loopback" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "dex.sqlite3").exists()
+
+
+def test_server_on_sqlite_url(tmp_path: Path) -> None:
+    db = tmp_path / "prod" / "dex.sqlite3"
+    token_file = tmp_path / "token"
+    token_file.write_text("tok\n")
+    proc = spawn(
+        "server", "--database-url", f"sqlite:///{db}", "--port", "0",
+        "--token-file", str(token_file), "--retention", "3d",
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"listening on (\S+)", line)
+        assert match, line
+        address = match.group(1)
+        assert health(address).returncode == 0
+        listed = subprocess.run(
+            [*dexcli_cmd(), "--server", address, "--token", "tok", "flow", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert db.exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("postgresql://user@db/dex", "PostgreSQL is not supported yet"),
+        ("mysql://x/y", "expected sqlite"),
+        ("sqlite://relative", "expected sqlite"),
+    ],
+)
+def test_server_rejects_other_databases(url: str, needle: str) -> None:
+    proc = subprocess.run(
+        [*dexcli_cmd(), "server", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1
