@@ -1,8 +1,116 @@
-"""Dex for Python SDK."""
+"""Dex for Python: durable Flows made of Steps, with durable state, Channels, Streams and RPCs.
+
+Define a ``Flow`` of ``Step``s with a ``PersistenceSchema``, register it in a ``Registry``,
+serve it with a ``Worker`` / ``AsyncWorker`` and call it with a ``Client`` / ``AsyncClient``.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from dex._codec import Codec, CodecRegistry, codec_for
+from dex._context import AsyncContext, Context, RecoveryErrorInfo
+from dex._decisions import StepDecision, StepMovement
+from dex._flow import Flow, PersistenceSchema, StepList
+from dex._options import RetryPolicy, StepDurability, StepOptions, WaitForFailurePolicy
+from dex._registry import Registry
+from dex._rpc import RPCResult, rpc
+from dex._state import (
+    Attribute,
+    AttributeMap,
+    BufferedText,
+    Channel,
+    ChannelLoad,
+    ChannelMap,
+    ChannelMessage,
+    InstanceLoad,
+    LockKey,
+    Stream,
+)
+from dex._step import Step, StepOutput, heartbeat
+from dex._waits import ChannelCondition, Timer, TimerCondition, Wait
+from dex.errors import (
+    AttributeMapNotLoadedError,
+    BadRequestError,
+    ChannelMessageNotFoundError,
+    ChannelMessagesNotLoadedError,
+    DexError,
+    DexServiceError,
+    FlowAlreadyStartedError,
+    FlowClosingError,
+    FlowDefinitionError,
+    FlowNotActiveOrNotFoundError,
+    FlowNotFoundError,
+    InvalidStepResultError,
+    LimitExceededError,
+    LongPollTimeoutError,
+    NoWorkerAvailableError,
+    RequestTimeoutError,
+    RpcLockConflictError,
+    ServiceUnavailableError,
+    UnauthenticatedError,
+    UnknownFlowTypeError,
+    ValueMappingError,
+    WorkerInvocationError,
+)
+
+__all__: list[str] = [
+    "AsyncContext",
+    "Attribute",
+    "AttributeMap",
+    "AttributeMapNotLoadedError",
+    "BadRequestError",
+    "BufferedText",
+    "Channel",
+    "ChannelCondition",
+    "ChannelLoad",
+    "ChannelMap",
+    "ChannelMessage",
+    "ChannelMessageNotFoundError",
+    "ChannelMessagesNotLoadedError",
+    "Codec",
+    "CodecRegistry",
+    "Context",
+    "DexError",
+    "DexServiceError",
+    "Flow",
+    "FlowAlreadyStartedError",
+    "FlowClosingError",
+    "FlowDefinitionError",
+    "FlowNotActiveOrNotFoundError",
+    "FlowNotFoundError",
+    "InstanceLoad",
+    "InvalidStepResultError",
+    "LimitExceededError",
+    "LockKey",
+    "LongPollTimeoutError",
+    "NoWorkerAvailableError",
+    "PersistenceSchema",
+    "RPCResult",
+    "RecoveryErrorInfo",
+    "Registry",
+    "RequestTimeoutError",
+    "RetryPolicy",
+    "RpcLockConflictError",
+    "ServiceUnavailableError",
+    "Step",
+    "StepDecision",
+    "StepDurability",
+    "StepList",
+    "StepMovement",
+    "StepOptions",
+    "StepOutput",
+    "Stream",
+    "Timer",
+    "TimerCondition",
+    "UnauthenticatedError",
+    "UnknownFlowTypeError",
+    "ValueMappingError",
+    "Wait",
+    "WaitForFailurePolicy",
+    "WorkerInvocationError",
+    "codec_for",
+    "heartbeat",
+    "rpc",
+]
 
 # --------------------------------------------------------------------------- runtime
 # Client, Worker and blob cache. This block is maintained with dex/_client, dex/_worker

@@ -1,0 +1,217 @@
+"""Run one ``Task`` against a ``Registry``: the seam between the Worker and user code.
+
+``invoke`` decodes the input, builds the Context, runs the handler (async handlers on the
+loop; sync functions and sync generators in a worker thread, their frames forwarded to the
+loop), converts the result to its wire form and returns one ``TaskResult``. User errors
+never escape: they become ``TaskResult.error``. ``asyncio.CancelledError`` propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from msgspec import Raw
+
+from dex._context import AsyncContext, Context, _Invocation
+from dex._protocol import ErrorInfo, Task, TaskResult
+from dex._registry import FlowEntry, Registry
+from dex._rpc import RPCResult
+from dex._spec import decision_spec, movement_wire, step_types, wait_spec
+from dex._step import HeartbeatOutput, StepOutput, StreamOutput
+from dex.errors import DexError, InvalidStepResultError
+
+__all__ = ["TaskIO", "error_info", "invoke"]
+
+_MAX_STACK = 8192
+_NULL = b"null"
+
+
+class TaskIO(Protocol):
+    """What a running handler needs from its Worker (one object per task)."""
+
+    async def heartbeat(self, value: bytes | None, *, has_value: bool, durable: bool) -> None:
+        """Send a heartbeat frame; with ``durable=True`` return after the server's ack."""
+        ...
+
+    def stream_write(self, stream: str, value: bytes) -> None:
+        """Queue a Stream write frame. Never blocks; best effort."""
+        ...
+
+    def is_cancelled(self) -> bool:
+        """Whether the server cancelled this task."""
+        ...
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """Return the wire form of a handler failure."""
+    stack = "".join(traceback.format_exception(exc))
+    if len(stack) > _MAX_STACK:
+        stack = "...\n" + stack[-_MAX_STACK:]
+    retry_after = getattr(exc, "retry_after_s", None)
+    return ErrorInfo(
+        error_type=type(exc).__name__,
+        message=str(exc) or type(exc).__name__,
+        stack=stack,
+        retry_after_s=float(retry_after) if isinstance(retry_after, int | float) else None,
+        non_retryable=isinstance(exc, InvalidStepResultError)
+        or bool(getattr(exc, "non_retryable", False)),
+    )
+
+
+async def invoke(registry: Registry, task: Task, io: TaskIO) -> TaskResult:
+    """Run one task's handler and return its one result (never raises for user errors).
+
+    Raises:
+        asyncio.CancelledError: the Worker cancelled the task (the result is not needed).
+
+    """
+    try:
+        return await _invoke(registry, task, io)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return TaskResult(task_id=task.task_id, error=error_info(exc))
+
+
+def _input(data: Raw | None) -> bytes:
+    return _NULL if data is None else bytes(data)
+
+
+async def _invoke(registry: Registry, task: Task, io: TaskIO) -> TaskResult:
+    try:
+        entry = registry.flow_entry(task.flow_type)
+    except KeyError:
+        raise DexError(f"Flow type {task.flow_type!r} is not registered here") from None
+    if task.kind == "rpc":
+        return await _invoke_rpc(entry, task, io)
+    se = entry.steps.get(task.step_type or "")
+    if se is None:
+        raise DexError(f"Step type {task.step_type!r} is not in Flow {task.flow_type!r}")
+    value = se.input_codec.decode(_input(task.input))
+    inv = _Invocation(
+        task,
+        task.kind,
+        declared=entry.declared,
+        codec=entry.codec,
+        io=io,
+        loop=asyncio.get_running_loop(),
+    )
+    if task.kind == "wait_for":
+        if se.wait_for_kind is None:
+            raise DexError(f"Step {se.step_type} has no wait_for")
+        result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,))
+        return _result(inv, wait=wait_spec(result, entry))
+    result = await _run(se.step.execute, se.execute_kind, inv, (value,))
+    return _result(inv, decision=decision_spec(result, entry))
+
+
+async def _invoke_rpc(entry: FlowEntry, task: Task, io: TaskIO) -> TaskResult:
+    re = entry.rpcs.get(task.rpc_name or "")
+    if re is None:
+        raise DexError(f"RPC {task.rpc_name!r} is not defined on Flow {task.flow_type!r}")
+    args: tuple[Any, ...] = ()
+    if re.input_codec is not None:
+        args = (re.input_codec.decode(_input(task.input)),)
+    inv = _Invocation(
+        task,
+        "rpc",
+        declared=entry.declared,
+        codec=entry.codec,
+        io=io,
+        loop=asyncio.get_running_loop(),
+    )
+    result = await _run(re.method, re.kind, inv, args)
+    movements = []
+    cancels: list[str] = []
+    output = result
+    if isinstance(result, RPCResult):
+        output = result.output
+        movements = [movement_wire(m, entry) for m in result.next_steps]
+        cancels = step_types(tuple(result.canceling_steps), entry, "RPCResult.canceling_steps")
+    rpc_output = None if output is None else Raw(re.output_codec.encode(output))
+    res = _result(inv)
+    res.rpc_output = rpc_output
+    res.rpc_movements = movements
+    res.rpc_cancel_steps = cancels
+    return res
+
+
+def _result(inv: _Invocation, **kw: Any) -> TaskResult:
+    for buf in inv.buffers:  # flush before the result so no write trails it
+        inv.stream_mode = "direct"
+        frame = buf.flush()
+        if frame is not None and not frame.sent and inv.io is not None:
+            inv.io.stream_write(frame.stream, frame.value)
+    return TaskResult(
+        task_id=inv.task.task_id,
+        attribute_writes={k: None if v is None else Raw(v) for k, v in inv.writes.items()},
+        publishes=inv.publishes,
+        channel_deletes=inv.deletes,
+        locals={k: Raw(v) for k, v in inv.locals.items()},
+        events=inv.events,
+        **kw,
+    )
+
+
+async def _run(fn: Callable[..., Any], kind: str, inv: _Invocation, args: tuple[Any, ...]) -> Any:
+    if kind == "async":
+        inv.stream_mode = "direct"
+        return await fn(AsyncContext(inv), *args)
+    ctx = Context(inv)
+    try:
+        if kind == "generator":
+            inv.stream_mode = "frame"
+            return await asyncio.to_thread(_drive, fn, ctx, args, inv)
+        inv.stream_mode = "threadsafe"
+        return await asyncio.to_thread(fn, ctx, *args)
+    except asyncio.CancelledError:
+        inv.cancelled = True  # the thread sees it through is_cancellation_requested()
+        raise
+
+
+def _drive(fn: Callable[..., Any], ctx: Context, args: tuple[Any, ...], inv: _Invocation) -> Any:
+    """Iterate a sync generator handler in a worker thread, forwarding its frames."""
+    gen = fn(ctx, *args)
+    loop = inv.loop
+    assert loop is not None
+    io = inv.io
+    try:
+        frame = next(gen)
+        while True:
+            if inv.cancelled:
+                gen.close()
+                return None
+            if not isinstance(frame, StepOutput):
+                raise InvalidStepResultError(
+                    f"a generator handler may only yield heartbeat(...) or stream.write(...) "
+                    f"frames, got {frame!r:.100}"
+                )
+            if io is not None:
+                _forward(loop, io, frame, inv)
+            frame = gen.send(None)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _forward(
+    loop: asyncio.AbstractEventLoop, io: TaskIO, frame: StepOutput, inv: _Invocation
+) -> None:
+    if isinstance(frame, StreamOutput):
+        if not frame.sent:
+            loop.call_soon_threadsafe(io.stream_write, frame.stream, frame.value)
+        return
+    assert isinstance(frame, HeartbeatOutput)
+    fut = asyncio.run_coroutine_threadsafe(
+        io.heartbeat(frame.value, has_value=frame.has_value, durable=frame.durable), loop
+    )
+    while True:  # wait for the frame (and the ack when durable), but notice cancellation
+        try:
+            fut.result(timeout=0.2)
+            return
+        except TimeoutError:
+            if inv.cancelled or loop.is_closed():
+                fut.cancel()
+                return

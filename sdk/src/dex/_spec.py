@@ -1,0 +1,255 @@
+"""Conversion of definitions (options, Waits, decisions, Flows) to their wire specs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from msgspec import Raw
+
+from dex._options import RetryPolicy, StepOptions, WaitForFailurePolicy, seconds
+from dex._protocol import (
+    DecisionSpec,
+    FlowSpec,
+    LoadSpec,
+    Movement,
+    RetryPolicySpec,
+    StepOptionsSpec,
+    WaitSpec,
+)
+from dex._waits import ChannelCondition, Wait
+from dex.errors import FlowDefinitionError, InvalidStepResultError
+
+if TYPE_CHECKING:
+    from dex._decisions import StepDecision, StepMovement
+    from dex._flow import Flow
+    from dex._registry import FlowEntry
+    from dex._state import LockKey
+
+__all__ = ["decision_spec", "flow_spec", "movement_wire", "options_spec", "wait_spec"]
+
+_DEFAULT_RETRY = RetryPolicySpec()
+
+
+def flow_spec(flow: Flow[Any]) -> FlowSpec:
+    """Return the ``FlowSpec`` of a Flow (validated as a Registry would, async handlers allowed).
+
+    Raises:
+        FlowDefinitionError: the Flow is invalid.
+
+    """
+    from dex._registry import compile_flow
+
+    spec = compile_flow(flow, None, allow_async=True).spec
+    assert spec is not None
+    return spec
+
+
+def retry_spec(p: RetryPolicy) -> RetryPolicySpec:
+    """Wire form of a RetryPolicy; zero/None values take the defaults."""
+    d = _DEFAULT_RETRY
+    return RetryPolicySpec(
+        initial_interval_s=seconds(p.initial_interval) or d.initial_interval_s,
+        backoff_coefficient=p.backoff_coefficient or d.backoff_coefficient,
+        maximum_interval_s=seconds(p.maximum_interval) or d.maximum_interval_s,
+        maximum_attempts=p.maximum_attempts or None,
+        total_duration_s=seconds(p.total_duration) or d.total_duration_s,
+    )
+
+
+def _check_locks(locks: tuple[LockKey, ...], entry: FlowEntry, where: str) -> list[str]:
+    out = []
+    for k in locks:
+        if entry.declared.get(getattr(k, "name", None) or "") != getattr(k, "kind", None):
+            raise FlowDefinitionError(
+                f"{where}: lock {k!r} does not name a declared Attribute or AttributeMap"
+            )
+        out.append(k.physical)
+    return out
+
+
+def _names(
+    items: tuple[Any, ...], kinds: tuple[str, ...], entry: FlowEntry, what: str
+) -> list[str]:
+    out = []
+    for item in items:
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or entry.declared.get(name) not in kinds:
+            raise FlowDefinitionError(f"{what}: {item!r} is not a declared {' or '.join(kinds)}")
+        out.append(getattr(item, "physical", name) if hasattr(item, "key") else name)
+    return out
+
+
+def load_spec(
+    entry: FlowEntry,
+    where: str,
+    maps: tuple[Any, ...],
+    map_instances: tuple[Any, ...],
+    channels: tuple[Any, ...],
+    channel_maps: tuple[Any, ...],
+    channel_map_instances: tuple[Any, ...],
+) -> LoadSpec:
+    """Return a validated ``LoadSpec``."""
+    return LoadSpec(
+        attribute_maps=_names(maps, ("attribute_map",), entry, f"{where} load_attribute_maps"),
+        attribute_map_instances=_names(
+            map_instances, ("attribute_map",), entry, f"{where} load_attribute_map_instances"
+        ),
+        channels=_names(channels, ("channel",), entry, f"{where} load_channels"),
+        channel_maps=_names(channel_maps, ("channel_map",), entry, f"{where} load_channel_maps"),
+        channel_map_instances=_names(
+            channel_map_instances, ("channel_map",), entry, f"{where} load_channel_map_instances"
+        ),
+    )
+
+
+def lock_list(locks: tuple[LockKey, ...], entry: FlowEntry, where: str) -> list[str]:
+    """Return validated physical lock names."""
+    return _check_locks(locks, entry, where)
+
+
+def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpec:
+    """Wire form of StepOptions, validated against the Flow.
+
+    Raises:
+        FlowDefinitionError: a lock, load or failure route names something undeclared.
+
+    """
+    if not isinstance(o, StepOptions):
+        raise FlowDefinitionError(f"{where}: options must be StepOptions, got {o!r}")
+    failure_step = None
+    failure_options = None
+    if o.execute_failure_step is not None:
+        target = entry.resolve(o.execute_failure_step)
+        if target is None:
+            raise FlowDefinitionError(
+                f"{where}: failure route {o.execute_failure_step!r} is not a Step of Flow "
+                f"{entry.flow_type!r}"
+            )
+        failure_step = target.step_type
+        if o.execute_failure_options is not None:
+            failure_options = options_spec(o.execute_failure_options, entry, where)
+    wait_for_timeout = seconds(o.wait_for_method_timeout)
+    execute_timeout = seconds(o.execute_method_timeout)
+    assert wait_for_timeout is not None and execute_timeout is not None
+    return StepOptionsSpec(
+        wait_for_timeout_s=wait_for_timeout,
+        execute_timeout_s=execute_timeout,
+        heartbeat_timeout_s=seconds(o.heartbeat_timeout),
+        wait_for_retry=retry_spec(o.wait_for_retry),
+        execute_retry=retry_spec(o.execute_retry),
+        wait_for_failure_proceed=o.wait_for_failure == WaitForFailurePolicy.PROCEED,
+        execute_failure_step=failure_step,
+        execute_failure_options=failure_options,
+        wait_for_durability=o.wait_for_durability.value,
+        execute_durability=o.execute_durability.value,
+        wait_for_locks=_check_locks(o.wait_for_lock_attributes, entry, f"{where} wait_for"),
+        execute_locks=_check_locks(o.execute_lock_attributes, entry, f"{where} execute"),
+        wait_for_loads=load_spec(
+            entry,
+            f"{where} wait_for",
+            o.wait_for_load_attribute_maps,
+            o.wait_for_load_attribute_map_instances,
+            o.wait_for_load_channels,
+            o.wait_for_load_channel_maps,
+            o.wait_for_load_channel_map_instances,
+        ),
+        execute_loads=load_spec(
+            entry,
+            f"{where} execute",
+            o.execute_load_attribute_maps,
+            o.execute_load_attribute_map_instances,
+            o.execute_load_channels,
+            o.execute_load_channel_maps,
+            o.execute_load_channel_map_instances,
+        ),
+    )
+
+
+def wait_spec(wait: object, entry: FlowEntry) -> WaitSpec:
+    """Wire form of a ``wait_for`` result.
+
+    Raises:
+        InvalidStepResultError: not a Wait, or a condition names an undeclared Channel.
+
+    """
+    if not isinstance(wait, Wait):
+        raise InvalidStepResultError(
+            f"wait_for must return a Wait, got {type(wait).__qualname__}: {wait!r:.100}"
+        )
+    for c in wait.conditions:
+        if isinstance(c, ChannelCondition) and entry.declared.get(c.name) != c.kind:
+            raise InvalidStepResultError(
+                f"Wait condition on {c.kind} {c.name!r}, which Flow {entry.flow_type!r} "
+                "does not declare"
+            )
+    return wait.to_spec()
+
+
+def movement_wire(m: StepMovement, entry: FlowEntry) -> Movement:
+    """Wire form of one movement (input encoded with the target Step's input type).
+
+    Raises:
+        InvalidStepResultError: the target is not a Step of this Flow, or bad options.
+        ValueMappingError: the input does not match the target's input type.
+
+    """
+    target = entry.resolve(m.step)
+    if target is None:
+        raise InvalidStepResultError(
+            f"{m.step!r} is not a Step of Flow {entry.flow_type!r} (or its class is ambiguous)"
+        )
+    data = target.input_codec.encode(m.input)
+    options = None
+    if m.options is not None:
+        try:
+            options = options_spec(m.options, entry, f"movement to {target.step_type}")
+        except FlowDefinitionError as exc:
+            raise InvalidStepResultError(str(exc)) from exc
+    return Movement(
+        step_type=target.step_type,
+        input=None if data == b"null" else Raw(data),
+        options=options,
+    )
+
+
+def step_types(steps: tuple[Any, ...], entry: FlowEntry, what: str) -> list[str]:
+    """Step types of Step classes/instances named in a decision."""
+    out = []
+    for s in steps:
+        target = entry.resolve(s)
+        if target is None:
+            raise InvalidStepResultError(f"{what}: {s!r} is not a Step of Flow {entry.flow_type!r}")
+        out.append(target.step_type)
+    return out
+
+
+def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
+    """Wire form of an ``execute`` result.
+
+    Raises:
+        InvalidStepResultError: not a StepDecision, or it names a Step the Flow lacks.
+        ValueMappingError: an input or output cannot be encoded.
+
+    """
+    from dex._codec import ANY_CODEC
+    from dex._decisions import StepDecision
+
+    if not isinstance(decision, StepDecision):
+        raise InvalidStepResultError(
+            f"execute must return a StepDecision, got {type(decision).__qualname__}: "
+            f"{decision!r:.100}"
+        )
+    d: StepDecision = decision
+    output = None
+    if d.output is not None:
+        output = Raw(ANY_CODEC.encode(d.output))
+    return DecisionSpec(
+        kind=d.kind,
+        movements=[movement_wire(m, entry) for m in d.movements],
+        output=output,
+        reason=d.reason,
+        cancel_steps=step_types(d.cancel_steps, entry, "with_canceling_steps"),
+        cancel_sibling_steps=step_types(
+            d.cancel_sibling_steps, entry, "with_canceling_sibling_steps"
+        ),
+    )
