@@ -5,7 +5,7 @@ import socket
 import httpx
 import msgspec
 import pytest
-from dex import AsyncClient, Client, ClientOptions, FlowStatus
+from dex import AsyncClient, Client, ClientOptions, FlowStatus, Registry
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode
 from dex._transport import HttpTransport, http_base_url, ws_url
 from dex.errors import (
@@ -100,7 +100,7 @@ def _closed_port() -> int:
 
 async def test_unreachable_server_raises_service_unavailable() -> None:
     options = ClientOptions(server_address=f"127.0.0.1:{_closed_port()}", timeout=2.0)
-    async with AsyncClient(None, options=options) as client:
+    async with AsyncClient(Registry([]), options=options) as client:
         with pytest.raises(ServiceUnavailableError) as info:
             await client.describe_flow("nope")
     assert info.value.retryable
@@ -109,7 +109,7 @@ async def test_unreachable_server_raises_service_unavailable() -> None:
 
 def test_sync_client_raises_the_same_errors() -> None:
     options = ClientOptions(server_address=f"127.0.0.1:{_closed_port()}", timeout=2.0)
-    with Client(None, options=options) as client, pytest.raises(ServiceUnavailableError):
+    with Client(Registry([]), options=options) as client, pytest.raises(ServiceUnavailableError):
         client.health_check()
 
 

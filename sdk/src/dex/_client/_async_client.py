@@ -46,6 +46,8 @@ from dex.errors import LongPollTimeoutError
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
+    from dex._flow import Flow
+    from dex._registry import Registry
 
 _LONG_POLL_CAP_S = 60.0
 _LONG_POLL_SLACK_S = 10.0  # HTTP timeout beyond the server-side long poll
@@ -73,7 +75,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        registry: Any,
+        registry: Registry,
         blob_cache: BlobCache | None = None,
         options: ClientOptions = ClientOptions(),  # noqa: B008 - frozen, safe to share
     ) -> None:
@@ -108,7 +110,7 @@ class AsyncClient:
 
     async def start_flow(
         self,
-        flow: Any,
+        flow: Flow[Any],
         flow_id: str,
         input: Any = None,
         options: StartFlowOptions = StartFlowOptions(),  # noqa: B008
@@ -128,8 +130,8 @@ class AsyncClient:
             LimitExceededError: a value or the request is too large.
 
         """
-        spec = _defs.flow_spec(flow)
-        encoded = _defs.encode_start_input(flow, input)
+        spec = _defs.flow_spec(self.registry, flow)
+        encoded = _defs.encode_start_input(self.registry, flow, input)
         request = StartFlowRequest(
             flow_type=spec.flow_type,
             flow_id=flow_id,
@@ -140,7 +142,9 @@ class AsyncClient:
             ignore_already_started=options.ignore_already_started,
             initial_attributes=[
                 InitialAttribute(name=name, value=value)
-                for name, value in _defs.encode_initial_attributes(options.initial_attributes)
+                for name, value in _defs.encode_initial_attributes(
+                    self.registry, options.initial_attributes
+                )
             ],
             start_delay_s=seconds(options.start_delay),
         )
@@ -288,7 +292,7 @@ class AsyncClient:
             ValueMappingError: ``input`` or the output does not match the declared types.
 
         """
-        rpc = _defs.rpc_call_info(bound_rpc)
+        rpc = _defs.rpc_call_info(self.registry, bound_rpc)
         loads = [_defs.map_instance_name(m, k) for m, k in options.load_attribute_map_instances]
         locks = [_defs.map_instance_name(m, k) for m, k in options.lock_attribute_map_instances]
         timeout_s = seconds(options.timeout)

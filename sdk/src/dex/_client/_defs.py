@@ -10,7 +10,9 @@ from urllib.parse import quote
 from msgspec import Raw
 
 from dex._codec import Codec, codec_for
+from dex._flow import Flow
 from dex._protocol import FlowSpec
+from dex._registry import Registry
 from dex._rpc import rpc_info
 from dex._spec import flow_spec as _flow_spec
 from dex._state._common import instance_name
@@ -35,20 +37,19 @@ def quote_segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _codec(registry: Any, tp: object) -> Codec:
-    codecs = getattr(registry, "codec_registry", None)
-    if codecs is not None:
-        found: Codec = codecs.get(tp)
-        return found
-    return codec_for(tp)
+def _codec(registry: Registry | None, tp: object) -> Codec:
+    return registry.codec_for(tp) if registry is not None else codec_for(tp)
 
 
-def flow_spec(flow: Any) -> FlowSpec:
+def flow_spec(registry: Registry, flow: Flow[Any]) -> FlowSpec:
     """Return the Flow's wire spec (validated)."""
-    return _flow_spec(flow)
+    try:
+        return registry.flow_entry(flow.get_flow_type()).spec or _flow_spec(flow)
+    except KeyError:
+        return _flow_spec(flow)
 
 
-def encode_start_input(flow: Any, value: Any) -> Raw | None:
+def encode_start_input(registry: Registry, flow: Flow[Any], value: Any) -> Raw | None:
     """Encode the start input with the start Step's codec (None without a start Step).
 
     Raises:
@@ -56,23 +57,27 @@ def encode_start_input(flow: Any, value: Any) -> Raw | None:
         FlowDefinitionError: the Flow has no start Step but an input was given.
 
     """
-    start = flow.get_steps().start
-    if start is None:
+    try:
+        input_type = registry.start_input_type(flow)
+    except KeyError:  # not registered: derive it from the definition itself
+        start = flow.get_steps().start
+        input_type = type(None) if start is None else step_input_type(start)
+    if input_type is type(None):
         if value is not None:
             raise FlowDefinitionError(
                 f"Flow {flow.get_flow_type()!r} has no start Step; start it with input=None"
             )
         return None
-    return Raw(codec_for(step_input_type(start)).encode(value))
+    return Raw(_codec(registry, input_type).encode(value))
 
 
-def encode_initial_attributes(items: Iterable[Any]) -> list[tuple[str, Raw]]:
+def encode_initial_attributes(registry: Registry, items: Iterable[Any]) -> list[tuple[str, Raw]]:
     """``(physical name, encoded value)`` of each ``StartFlowOptions`` initial value."""
     out: list[tuple[str, Raw]] = []
     for item in items:
         handle = item.attribute
         name = handle.name if item.key is None else instance_name(handle.name, item.key)
-        out.append((name, Raw(codec_for(handle.value_type).encode(item.value))))
+        out.append((name, Raw(_codec(registry, handle.value_type).encode(item.value))))
     return out
 
 
@@ -101,14 +106,14 @@ class RpcCall:
         return self.output_codec.decode(bytes(data))
 
 
-def rpc_call_info(bound_rpc: Any) -> RpcCall:
+def rpc_call_info(registry: Registry, bound_rpc: Any) -> RpcCall:
     """Name, timeout and codecs of ``flow.method`` for ``invoke_rpc``."""
     info = rpc_info(bound_rpc)
     return RpcCall(
         name=info.name,
         timeout_s=info.spec.timeout_s,
-        input_codec=None if info.input_type is None else codec_for(info.input_type),
-        output_codec=None if info.output_type is None else codec_for(info.output_type),
+        input_codec=None if info.input_type is None else _codec(registry, info.input_type),
+        output_codec=None if info.output_type is None else _codec(registry, info.output_type),
     )
 
 
@@ -131,7 +136,7 @@ class StreamTarget:
         return self.codec.decode(bytes(data))
 
 
-def stream_target(registry: Any, stream: Any) -> StreamTarget:
+def stream_target(registry: Registry, stream: Any) -> StreamTarget:
     """Find the Flow type that declares ``stream`` in ``registry``.
 
     Raises:
@@ -139,7 +144,7 @@ def stream_target(registry: Any, stream: Any) -> StreamTarget:
 
     """
     owners: list[str] = []
-    for flow in _registered_flows(registry):
+    for flow in registry.flows:
         for decl in flow.get_persistence_schema().declarations:
             if decl is stream:
                 owners.append(flow.get_flow_type())
@@ -149,15 +154,6 @@ def stream_target(registry: Any, stream: Any) -> StreamTarget:
             f"Stream {getattr(stream, 'name', stream)!r} is declared by {where}; "
             "the Client needs exactly one owner to address it"
         )
-    return StreamTarget(flow_type=owners[0], name=stream.name, codec=codec_for(stream.value_type))
-
-
-def _registered_flows(registry: Any) -> list[Any]:
-    flows = getattr(registry, "flows", None)
-    if callable(flows):
-        flows = flows()
-    if flows is None:
-        return []
-    if isinstance(flows, dict):
-        return list(flows.values())
-    return list(flows)
+    return StreamTarget(
+        flow_type=owners[0], name=stream.name, codec=_codec(registry, stream.value_type)
+    )

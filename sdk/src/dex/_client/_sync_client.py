@@ -27,6 +27,8 @@ from dex._protocol import FlowStateWire, HealthResponse, HistoryPage
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
+    from dex._flow import Flow
+    from dex._registry import Registry
 
 T = TypeVar("T")
 
@@ -42,7 +44,7 @@ class Client:
 
     def __init__(
         self,
-        registry: Any,
+        registry: Registry,
         blob_cache: BlobCache | None = None,
         options: ClientOptions = ClientOptions(),  # noqa: B008 - frozen, safe to share
     ) -> None:
@@ -92,7 +94,7 @@ class Client:
 
     def start_flow(
         self,
-        flow: Any,
+        flow: Flow[Any],
         flow_id: str,
         input: Any = None,
         options: StartFlowOptions = StartFlowOptions(),  # noqa: B008

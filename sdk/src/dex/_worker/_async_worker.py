@@ -8,13 +8,14 @@ import logging
 import signal
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
 
 from dex._blob_cache import BlobCache
+from dex._invoke import TaskIO, invoke
 from dex._protocol import Register, Task, TaskResult
+from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
 from dex._worker._blobs import BlobResolver
 from dex._worker._options import WorkerOptions
@@ -60,7 +61,7 @@ class AsyncWorker:
 
     def __init__(
         self,
-        registry: Any,
+        registry: Registry,
         blob_cache: BlobCache | None = None,
         options: WorkerOptions = WorkerOptions(),  # noqa: B008 - frozen, safe to share
     ) -> None:
@@ -83,9 +84,6 @@ class AsyncWorker:
         self._drain_timeout: float | None = None
         self._http: HttpTransport | None = None
         self._blobs: BlobResolver | None = None
-        from dex._invoke import invoke
-
-        self._invoke = invoke
 
     # ------------------------------------------------------------------ public API
 
@@ -166,9 +164,8 @@ class AsyncWorker:
         assert self._blobs is not None
         return self._blobs
 
-    async def invoke(self, task: Task, io: Any) -> TaskResult:
-        result: TaskResult = await self._invoke(self.registry, task, io)
-        return result
+    async def invoke(self, task: Task, io: TaskIO) -> TaskResult:
+        return await invoke(self.registry, task, io)
 
     def register_frame(self) -> Register:
         return Register(

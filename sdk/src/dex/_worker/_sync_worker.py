@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from dex._blob_cache import BlobCache
+from dex._registry import Registry
 from dex._worker._async_worker import AsyncWorker
 from dex._worker._options import WorkerOptions
 from dex._worker._stats import WorkerStats
@@ -25,20 +26,19 @@ class Worker:
     (or, with ``run()`` on the main thread, until SIGTERM/SIGINT).
 
     Raises:
-        FlowDefinitionError: the registry allows async handlers.
+        FlowDefinitionError: the registry has async handlers.
 
     """
 
     def __init__(
         self,
-        registry: Any,
+        registry: Registry,
         blob_cache: BlobCache | None = None,
         options: WorkerOptions = WorkerOptions(),  # noqa: B008 - frozen, safe to share
     ) -> None:
-        if getattr(registry, "allow_async_handlers", False):
+        if registry.has_async_handlers:
             raise FlowDefinitionError(
-                "Worker runs sync handlers only; build the Registry without "
-                "allow_async_handlers or use AsyncWorker"
+                "Worker runs sync handlers only; this Registry has async handlers (use AsyncWorker)"
             )
         self._worker = AsyncWorker(registry, blob_cache, options)
         self._loop: asyncio.AbstractEventLoop | None = None
