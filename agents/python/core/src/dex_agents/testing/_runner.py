@@ -190,6 +190,9 @@ class ScriptedRunner:
         if isinstance(response, ScriptedFailure):
             raise ScriptedModelError(response.message)
         if turn.attempt <= response.fail_attempts:
+            # Like a model that dies mid-stream: part of the answer, then an error.
+            if isinstance(response, ScriptedText) and response.text:
+                turn.events.write_text_delta(response.text[: max(1, len(response.text) // 2)])
             raise ScriptedModelError(f"scripted failure of attempt {turn.attempt}")
         usage = response.usage or _derived_usage(call, response)
         if isinstance(response, ScriptedText):

@@ -39,8 +39,8 @@ class ScriptedText:
     Args:
         text: the answer (streamed as one ``text_delta``, stored as an assistant message).
         usage: the usage reported for this model call; None (default) derives one.
-        fail_attempts: raise on RunModel attempts ``1..fail_attempts`` before answering
-            (default 0), to exercise RunModel retries.
+        fail_attempts: on RunModel attempts ``1..fail_attempts`` stream the first half of
+            ``text`` and then raise (default 0), to exercise RunModel retries.
         gate: a ``FileGate`` name to pass before answering (formatted with ``turn_id``,
             ``call_index`` and ``attempt``), for crash tests; None (default) passes none.
 

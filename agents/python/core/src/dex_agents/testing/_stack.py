@@ -10,14 +10,16 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dex import AsyncClient, ClientOptions, Flow, Registry
 
-from dex_agents import AgentSessionClient, AgentSessionFlow
 from dex_agents.testing._history import StepHistoryEntry, find_dexcli, read_step_history
 from dex_agents.testing._process import ChildProcess
 from dex_agents.testing._worker import READY_FILE_ENV, SERVER_ADDRESS_ENV
+
+if TYPE_CHECKING:
+    from dex_agents import AgentSessionClient, AgentSessionFlow
 
 _STARTUP_TIMEOUT_S = 30.0
 
@@ -258,6 +260,8 @@ class AgentTestStack:
 
     def sessions(self, flow: AgentSessionFlow) -> AgentSessionClient:
         """Return an ``AgentSessionClient`` for one of the stack's agent Flows."""
+        from dex_agents import AgentSessionClient
+
         return AgentSessionClient(self.client, flow)
 
     async def read_step_history(self, flow_id: str) -> list[StepHistoryEntry]:

@@ -1,0 +1,124 @@
+"""The support-desk agent: a scripted model, three tools, one durable session Flow.
+
+The model is scripted (no network, no API key), but everything around it is real: each
+model call is a RunModel Step, each tool call its own Step, and the refund waits in
+AwaitToolApproval until a person answers.
+
+Tools and their policies:
+
+* ``lookup_order`` (read): may run again after a crash.
+* ``add_note`` (idempotent write): may run again, always with the same idempotency key,
+  which the fake ticket system uses to store the note once.
+* ``issue_refund`` (non-idempotent write): runs at most once, and only after approval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
+from dex_agents.testing import (
+    InvocationLog,
+    ModelCall,
+    ScriptedModel,
+    ScriptedResponse,
+    ScriptedRunner,
+    ScriptedText,
+    ScriptedToolCall,
+    ScriptedToolCalls,
+    current_tool_call,
+)
+
+FLOW_TYPE = "SupportDeskAgent"
+STATE_DIR_ENV = "SUPPORT_DESK_STATE_DIR"
+
+ORDERS = {
+    1042: {"order_id": 1042, "item": "espresso machine", "total": 249, "status": "delivered"},
+}
+
+
+def state_dir() -> Path:
+    return Path(os.environ[STATE_DIR_ENV])
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def lookup_order(order_id: int) -> dict[str, object]:
+    order = ORDERS.get(order_id)
+    if order is None:
+        return {"order_id": order_id, "error": "no such order"}
+    return order
+
+
+def add_note(order_id: int, note: str) -> str:
+    # The fake ticket system keeps one note per idempotency key.
+    key = current_tool_call().idempotency_key
+    notes = state_dir() / "ticket-notes.json"
+    stored = json.loads(notes.read_text()) if notes.exists() else {}
+    stored[key] = {"order_id": order_id, "note": note}
+    notes.write_text(json.dumps(stored, indent=2))
+    return f"note stored on order {order_id}"
+
+
+def issue_refund(order_id: int, amount: int) -> str:
+    return f"refund of ${amount} issued for order {order_id} (ref RF-{order_id}-1)"
+
+
+TOOLS = {"lookup_order": lookup_order, "add_note": add_note, "issue_refund": issue_refund}
+
+POLICIES = {
+    "lookup_order": ToolPolicy(ToolEffect.READ),
+    "add_note": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
+    "issue_refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),  # approval by default
+}
+
+# --------------------------------------------------------------------------- the model
+
+
+def first_call(call: ModelCall) -> ScriptedResponse:
+    return ScriptedToolCalls(
+        text="Sorry to hear that! Let me look up your order.",
+        calls=[ScriptedToolCall(tool_name="lookup_order", arguments={"order_id": 1042})],
+    )
+
+
+def second_call(call: ModelCall) -> ScriptedResponse:
+    found = call.result_of("lookup_order")
+    order = json.loads(found.content) if found is not None else {}
+    total = int(order.get("total", 0))
+    return ScriptedToolCalls(
+        text=f"Found your {order.get('item', 'order')}. I'll note the damage and refund ${total}.",
+        calls=[
+            ScriptedToolCall(
+                tool_name="add_note",
+                arguments={"order_id": 1042, "note": "Customer reports the item arrived broken."},
+            ),
+            ScriptedToolCall(
+                tool_name="issue_refund", arguments={"order_id": 1042, "amount": total}
+            ),
+        ],
+    )
+
+
+def final_call(call: ModelCall) -> ScriptedResponse:
+    refund = call.result_of("issue_refund")
+    if refund is not None and refund.status == "succeeded":
+        return ScriptedText(text=f"Done: {refund.content}. It shows up in 3-5 business days.")
+    reason = refund.content if refund is not None else "the refund did not run"
+    return ScriptedText(text=f"I could not refund the order: {reason}")
+
+
+def build_flow(directory: Path) -> AgentSessionFlow:
+    """The support-desk session Flow (the same in the demo process and its Workers)."""
+    runner = ScriptedRunner(
+        ScriptedModel([[first_call, second_call, final_call]], default="Anything else?"),
+        TOOLS,
+        log=InvocationLog(directory / "calls.log"),
+        gate_dir=directory,
+    )
+    return AgentSessionFlow(
+        runner, flow_type=FLOW_TYPE, options=AgentSessionOptions(tool_policies=POLICIES)
+    )
