@@ -6,6 +6,7 @@ and every tool call as its own Step. ``AgentSessionClient`` starts sessions, sen
 messages, resolves approvals, steers and cancels turns, and reads snapshots and events.
 """
 
+from dex_agents._client import AgentEventMessage, AgentSessionClient
 from dex_agents._enums import (
     AgentEventType,
     AgentStatus,
@@ -15,6 +16,22 @@ from dex_agents._enums import (
     TurnControlKind,
 )
 from dex_agents._events import AgentEventWriter
+from dex_agents._flow import AgentSessionFlow
+from dex_agents._persistence import (
+    AGENT_EVENTS,
+    AGENT_MESSAGES,
+    AGENT_STATE,
+    AGENT_TOOL_CALLS,
+    AGENT_USAGE,
+    FRAMEWORK_RUN_STATE,
+    INTERRUPT_RESOLUTIONS,
+    PENDING_INTERRUPTS,
+    QUEUED_USER_MESSAGES,
+    TOOL_CALL_RESULTS,
+    TURN_CONTROL,
+    AgentPersistence,
+    persistence,
+)
 from dex_agents._policy import AgentSessionOptions, ToolPolicy, is_approval_required
 from dex_agents._records import (
     AgentEvent,
@@ -54,7 +71,23 @@ from dex_agents._text import (
 )
 
 __all__ = [
+    "AGENT_EVENTS",
+    "AGENT_MESSAGES",
+    "AGENT_STATE",
+    "AGENT_TOOL_CALLS",
+    "AGENT_USAGE",
+    "FRAMEWORK_RUN_STATE",
+    "INTERRUPT_RESOLUTIONS",
+    "PENDING_INTERRUPTS",
+    "QUEUED_USER_MESSAGES",
+    "TOOL_CALL_RESULTS",
+    "TURN_CONTROL",
+    "AgentPersistence",
+    "AgentSessionClient",
+    "AgentSessionFlow",
+    "persistence",
     "AgentEvent",
+    "AgentEventMessage",
     "AgentEventType",
     "AgentEventWriter",
     "AgentFrameworkRunner",

@@ -11,7 +11,7 @@ from typing import Any
 from dex_agents._enums import AgentEventType, ToolCallStatus
 from dex_agents._records import AgentEvent
 
-EventSink = Callable[[AgentEvent], None]
+EventSink = Callable[[AgentEvent], object]
 
 TEXT_FLUSH_INTERVAL_S = 0.05
 TEXT_FLUSH_BYTES = 4096

@@ -167,10 +167,15 @@ class AgentUserMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ToolCallCompleted(msgspec.Struct, frozen=True, kw_only=True):
-    """Internal ``ToolCallResults`` message: one per tool call, when its record is final."""
+    """Internal ``ToolCallResults`` message: one per tool call, when its record is final.
+
+    ``announced`` is False when an RPC finished the call (RPCs cannot write Streams), so
+    ``ResumeTurn`` writes its ``tool_call_finished`` event.
+    """
 
     tool_call_id: str
     status: ToolCallStatus
+    announced: bool = True
 
 
 class TurnControl(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,202 @@
+"""AgentSessionFlow: one durable agent session per Flow execution."""
+
+from __future__ import annotations
+
+from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, StepMovement, Stream, rpc
+
+from dex_agents._enums import TurnControlKind
+from dex_agents._persistence import AGENT_EVENTS, persistence
+from dex_agents._policy import AgentSessionOptions
+from dex_agents._records import (
+    AgentEvent,
+    AgentMessagesPage,
+    AgentSessionStartInput,
+    AgentSnapshot,
+    AgentUserMessage,
+    ListAgentMessagesRequest,
+    ResolveInterruptRequest,
+)
+from dex_agents._rpcs import (
+    apply_turn_stop,
+    get_agent_snapshot,
+    list_agent_messages,
+    plan_turn_stop,
+    resolve_interrupt,
+    send_user_message,
+)
+from dex_agents._runner import AgentFrameworkRunner
+from dex_agents._session import SessionParts
+from dex_agents._text import is_blank
+from dex_agents._tool_steps import (
+    AwaitToolApproval,
+    CallSingleAttemptTool,
+    CallTool,
+    RecordToolFailure,
+    RecordToolOutcomeUnknown,
+)
+from dex_agents._turn_steps import (
+    AwaitUserMessage,
+    RecordTurnFailure,
+    ResumeTurn,
+    RunModel,
+    StartAgentSession,
+    StopTurn,
+    ToolSteps,
+)
+
+DEFAULT_FLOW_TYPE = "AgentSession"
+
+_STOP_LOCKS = (persistence.PendingInterrupts.lock(),)
+_STOP_LOADS = (persistence.AgentToolCalls,)
+_STOP_CHANNELS = (persistence.TurnControl,)
+
+
+class AgentSessionFlow(Flow[AgentSessionStartInput]):
+    """A durable agent session: every model call and every tool call is its own Step.
+
+    Register one per agent, each with its own ``flow_type``, in a
+    ``Registry(..., allow_async_handlers=True)`` served by an ``AsyncWorker`` with enough
+    task slots for the largest batch of parallel tool calls. A session never completes
+    by itself; stop it with ``AsyncClient.stop_flow`` (or ``AgentSessionClient.stop_session``).
+
+    Args:
+        runner: the framework adapter.
+        flow_type: the Flow type name (default ``"AgentSession"``).
+        options: tool policies, the default effect, the events Stream capacity and the
+            approval deadline (default ``AgentSessionOptions()``).
+
+    Attributes:
+        runner: the runner.
+        options: the options.
+        agent_events: this Flow type's ``AgentEvents`` Stream of ``AgentEvent``.
+
+    """
+
+    def __init__(
+        self,
+        runner: AgentFrameworkRunner,
+        *,
+        flow_type: str = DEFAULT_FLOW_TYPE,
+        options: AgentSessionOptions | None = None,
+    ) -> None:
+        self.runner = runner
+        self.options = options or AgentSessionOptions()
+        self._flow_type = flow_type
+        self.agent_events: Stream[AgentEvent] = Stream(
+            AGENT_EVENTS, AgentEvent, self.options.agent_events_capacity_bytes
+        )
+        parts = SessionParts(runner=runner, options=self.options, events=self.agent_events)
+        record_failure = RecordToolFailure(parts)
+        record_unknown = RecordToolOutcomeUnknown(parts)
+        call = CallTool(parts, record_failure)
+        single = CallSingleAttemptTool(parts, record_unknown)
+        approval = AwaitToolApproval(parts, {True: call, False: single})
+        self._start = StartAgentSession(parts)
+        self._steps = (
+            AwaitUserMessage(parts),
+            RunModel(parts, ToolSteps(approval=approval, call=call, single=single)),
+            approval,
+            call,
+            single,
+            record_failure,
+            record_unknown,
+            ResumeTurn(parts),
+            RecordTurnFailure(parts),
+            StopTurn(parts),
+        )
+
+    def get_flow_type(self) -> str:
+        """Return the Flow type given at construction."""
+        return self._flow_type
+
+    def get_steps(self) -> StepList:
+        """Return ``StartAgentSession`` as the start Step, then every other Step."""
+        return StepList.start_step(self._start).other_steps(*self._steps)
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        """Return the shared declarations plus this Flow type's ``AgentEvents`` Stream."""
+        p = persistence
+        return PersistenceSchema.of(
+            p.AgentState,
+            p.AgentMessages,
+            p.FrameworkRunState,
+            p.AgentToolCalls,
+            p.PendingInterrupts,
+            p.AgentUsage,
+            p.QueuedUserMessages,
+            p.InterruptResolutions,
+            p.ToolCallResults,
+            p.TurnControl,
+            self.agent_events,
+        )
+
+    @rpc(is_transactional=True)
+    async def send_user_message(self, context: Context, input: AgentUserMessage) -> bool:
+        """Queue a user message for the next turn. Transactional; False for blank text."""
+        return send_user_message(context, input)
+
+    @rpc(lock_attributes=(persistence.PendingInterrupts.lock(),))
+    async def resolve_interrupt(self, context: Context, input: ResolveInterruptRequest) -> bool:
+        """Approve or reject a pending tool call.
+
+        Locks ``PendingInterrupts``; removes the interrupt and publishes the answer in one
+        commit. Returns False when it is not pending or its deadline passed. A concurrent
+        Step holding the lock makes it raise ``RpcLockConflictError`` (retry).
+        """
+        return resolve_interrupt(context, input)
+
+    @rpc(load_attribute_maps=(persistence.AgentMessages, persistence.AgentToolCalls))
+    async def get_agent_snapshot(self, context: Context) -> AgentSnapshot:
+        """Return the session's snapshot; also served by retained closed sessions."""
+        return get_agent_snapshot(context)
+
+    @rpc(load_attribute_maps=(persistence.AgentMessages,))
+    async def list_agent_messages(
+        self, context: Context, input: ListAgentMessagesRequest
+    ) -> AgentMessagesPage:
+        """Return stored messages after ``input.after_sequence``, oldest first (1..200)."""
+        return list_agent_messages(context, input)
+
+    @rpc(
+        lock_attributes=_STOP_LOCKS,
+        load_attribute_maps=_STOP_LOADS,
+        load_channels=_STOP_CHANNELS,
+    )
+    async def steer_user_message(
+        self, context: Context, input: AgentUserMessage
+    ) -> RPCResult[bool]:
+        """End the running turn at its next safe Step boundary and start one with this text.
+
+        What ran stays recorded and is summarised to the model in a note; calls waiting
+        for approval are cancelled; a started tool call always finishes. With no turn
+        running, the text starts the next turn. False (and nothing changes) for blank text.
+        """
+        if is_blank(input.text):
+            return RPCResult(False)
+        plan = plan_turn_stop(context, TurnControlKind.STEER)
+        apply_turn_stop(context, TurnControlKind.STEER, input.text, plan)
+        return RPCResult(True)
+
+    @rpc(
+        lock_attributes=_STOP_LOCKS,
+        load_attribute_maps=_STOP_LOADS,
+        load_channels=_STOP_CHANNELS,
+    )
+    async def cancel_turn(self, context: Context) -> RPCResult[bool]:
+        """Cancel the running turn; no new turn starts until the next user message.
+
+        A running model call is stopped and its answer dropped; calls waiting for approval
+        are cancelled; started tool calls finish and are recorded. Returns False when no
+        turn is running (and no steer is waiting).
+        """
+        plan = plan_turn_stop(context, TurnControlKind.CANCEL)
+        if not plan.publish:
+            return RPCResult(False)
+        apply_turn_stop(context, TurnControlKind.CANCEL, "", plan)
+        if not plan.interrupt_model:
+            return RPCResult(True)
+        return RPCResult(
+            True,
+            next_steps=(StepMovement.of(StopTurn),),
+            canceling_steps=(RunModel, RecordTurnFailure, StopTurn),
+        )

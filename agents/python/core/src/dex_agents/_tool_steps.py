@@ -1,0 +1,296 @@
+"""The per-tool-call Steps: approval, the tool run, and their failure routes.
+
+Each receives the tool call ID as input and loads only its own ``AgentToolCalls``
+instance through per-movement ``StepOptions`` (``movement_to``), so parallel tool Steps
+never share state. A Step whose record is already final ends without running or
+publishing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from dex import (
+    Context,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepDurability,
+    StepMovement,
+    StepOptions,
+    Timer,
+    Wait,
+)
+from msgspec.structs import replace
+
+from dex_agents._enums import AgentEventType, ToolCallStatus, ToolEffect
+from dex_agents._persistence import persistence
+from dex_agents._records import AgentToolCall
+from dex_agents._runner import DeferredToolExecution, ToolExecutionError
+from dex_agents._session import (
+    SessionParts,
+    as_async,
+    control_pending,
+    emit,
+    finish_tool_call,
+    remove_interrupts,
+    runner_call,
+)
+
+EXPIRED_REJECTION = "The approval deadline passed before anyone answered."
+SYNC = StepDurability.SYNC
+
+
+def _record(ctx: Context, tool_call_id: str) -> AgentToolCall | None:
+    return persistence.AgentToolCalls.get(ctx, tool_call_id)
+
+
+class _ToolCallStep(Step[str]):
+    """Base: holds the session parts and builds the per-call options."""
+
+    def __init__(self, parts: SessionParts) -> None:
+        self._parts = parts
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(wait_for_durability=SYNC, execute_durability=SYNC)
+
+    def get_step_options(self) -> StepOptions:
+        return self.base_options()
+
+    def options_for(self, tool_call_id: str) -> StepOptions:
+        load = (persistence.AgentToolCalls.load(tool_call_id),)
+        opts = self.base_options()
+        failure = opts.execute_failure_options
+        if failure is not None:
+            failure = dataclasses.replace(
+                failure,
+                wait_for_load_attribute_map_instances=load,
+                execute_load_attribute_map_instances=load,
+            )
+        return dataclasses.replace(
+            opts,
+            wait_for_load_attribute_map_instances=load,
+            execute_load_attribute_map_instances=load,
+            execute_failure_options=failure,
+        )
+
+
+def movement_to(step: _ToolCallStep, tool_call_id: str) -> StepMovement:
+    """Return a movement to a tool Step for one call, loading only that call's record."""
+    return StepMovement.of(step, tool_call_id, options=step.options_for(tool_call_id))
+
+
+def _deadline_timer(deadline: float) -> Any:
+    # Whole seconds, rounded up, so the Timer never fires before the deadline.
+    return Timer.at(datetime.fromtimestamp(math.ceil(deadline), UTC))
+
+
+class AwaitToolApproval(_ToolCallStep):
+    """Waits for the answer to one call's interrupt, or for its deadline."""
+
+    def __init__(self, parts: SessionParts, run_steps: dict[bool, _ToolCallStep]) -> None:
+        super().__init__(parts)
+        self._run_steps = run_steps
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
+        )
+
+    async def wait_for(self, context: Context, input: str) -> Wait:
+        record = _record(context, input)
+        if (
+            record is None
+            or record.status is not ToolCallStatus.AWAITING_APPROVAL
+            or record.interrupt_id is None
+            or control_pending(context)
+        ):
+            return Wait.skip_immediately()
+        answer = persistence.InterruptResolutions.for_one(record.interrupt_id)
+        deadline = _interrupt_deadline(context, record.interrupt_id)
+        if deadline is None:
+            return Wait.until(answer)
+        return Wait.any_of(_deadline_timer(deadline), answer)
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if record is None or record.status is not ToolCallStatus.AWAITING_APPROVAL:
+            return StepDecision.dead_end()
+        interrupt_id = record.interrupt_id or ""
+        answers = persistence.InterruptResolutions.results(context, interrupt_id)
+        if answers:
+            answer = answers[0]
+            remove_interrupts(context, [interrupt_id])
+            rejection = None if answer.approved else answer.rejection_message
+            emit(
+                self._parts,
+                context,
+                record.turn_id,
+                AgentEventType.INTERRUPT_RESOLVED,
+                {
+                    "interrupt_id": interrupt_id,
+                    "approved": answer.approved,
+                    "rejection_message": rejection,
+                },
+            )
+            if answer.approved:
+                approved = _approve(context, record)
+                return StepDecision.go_to_many(movement_to(self._run_step(approved), input))
+            finish_tool_call(
+                self._parts, context, record, ToolCallStatus.REJECTED, rejection_message=rejection
+            )
+            return StepDecision.dead_end()
+        if control_pending(context):
+            remove_interrupts(context, [interrupt_id])
+            finish_tool_call(self._parts, context, record, ToolCallStatus.CANCELLED)
+            return StepDecision.dead_end()
+        deadline = _interrupt_deadline(context, interrupt_id)
+        if deadline is None or time.time() < deadline:
+            # Not pending any more (answered as the Timer fired) or the Worker clock is
+            # behind: wait again and apply the answer.
+            return StepDecision.go_to_many(movement_to(self, input))
+        if not remove_interrupts(context, [interrupt_id]):
+            return StepDecision.go_to_many(movement_to(self, input))
+        emit(
+            self._parts,
+            context,
+            record.turn_id,
+            AgentEventType.INTERRUPT_RESOLVED,
+            {
+                "interrupt_id": interrupt_id,
+                "approved": False,
+                "rejection_message": EXPIRED_REJECTION,
+            },
+        )
+        finish_tool_call(
+            self._parts,
+            context,
+            record,
+            ToolCallStatus.REJECTED,
+            rejection_message=EXPIRED_REJECTION,
+        )
+        return StepDecision.dead_end()
+
+    def _run_step(self, record: AgentToolCall) -> _ToolCallStep:
+        return self._run_steps[record.effect.is_retryable]
+
+
+def _interrupt_deadline(ctx: Context, interrupt_id: str) -> float | None:
+    for interrupt in persistence.PendingInterrupts.get(ctx) or []:
+        if interrupt.interrupt_id == interrupt_id:
+            return interrupt.deadline
+    return None
+
+
+def _approve(ctx: Context, record: AgentToolCall) -> AgentToolCall:
+    approved = replace(record, status=ToolCallStatus.APPROVED)
+    persistence.AgentToolCalls.set(ctx, record.tool_call_id, approved)
+    return approved
+
+
+class _RunToolStep(_ToolCallStep):
+    """Runs one tool call: ``tool_call_started``, a durable heartbeat, then the runner."""
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        ctx = as_async(context)
+        record = _record(ctx, input)
+        if record is None or record.status.is_final:
+            return StepDecision.dead_end()
+        if control_pending(ctx):
+            # The turn is being steered or cancelled and this call has not started.
+            finish_tool_call(self._parts, ctx, record, ToolCallStatus.CANCELLED)
+            return StepDecision.dead_end()
+        emit(
+            self._parts,
+            ctx,
+            record.turn_id,
+            AgentEventType.TOOL_CALL_STARTED,
+            {"tool_call_id": record.tool_call_id, "tool_name": record.tool_name},
+        )
+        # Returns once the server committed this attempt's start: a redelivery can then
+        # never run this attempt's tool a second time.
+        await ctx.heartbeat(durable=True)
+        try:
+            async with runner_call(self._parts, ctx, record.turn_id) as writer:
+                result = await self._parts.runner.execute_deferred_tool_call(
+                    DeferredToolExecution(
+                        flow_id=ctx.flow_id,
+                        tool_call=record,
+                        idempotency_key=record.idempotency_key,
+                        attempt=ctx.attempt,
+                        events=writer,
+                        heartbeat=ctx.heartbeat,
+                    )
+                )
+        except ToolExecutionError as exc:
+            finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=exc.message)
+            return StepDecision.dead_end()
+        finish_tool_call(
+            self._parts, ctx, record, ToolCallStatus.SUCCEEDED, output=str(result.output)
+        )
+        return StepDecision.dead_end()
+
+
+class _RecordFailureStep(_ToolCallStep):
+    """Failure route of a tool Step: records the call's final status from the recovery."""
+
+    def status_for(self, record: AgentToolCall) -> ToolCallStatus:
+        return ToolCallStatus.OUTCOME_UNKNOWN
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if record is None or record.status.is_final:
+            return StepDecision.dead_end()
+        recovery = context.recovery_error
+        detail = f"{recovery.error_type}: {recovery.detail}" if recovery else "the tool Step failed"
+        finish_tool_call(self._parts, context, record, self.status_for(record), error=detail)
+        return StepDecision.dead_end()
+
+
+class RecordToolFailure(_RecordFailureStep):
+    """After ``CallTool`` failed: ``failed`` for a read, ``outcome_unknown`` for a write."""
+
+    def status_for(self, record: AgentToolCall) -> ToolCallStatus:
+        if record.effect is ToolEffect.READ:
+            return ToolCallStatus.FAILED
+        return ToolCallStatus.OUTCOME_UNKNOWN
+
+
+class RecordToolOutcomeUnknown(_RecordFailureStep):
+    """After ``CallSingleAttemptTool`` failed: ``outcome_unknown``."""
+
+
+class CallTool(_RunToolStep):
+    """Runs a read or idempotent write: 3 attempts, then ``RecordToolFailure``."""
+
+    def __init__(self, parts: SessionParts, failure: RecordToolFailure) -> None:
+        super().__init__(parts)
+        self._failure = failure
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_retry=RetryPolicy(maximum_attempts=3),
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+
+
+class CallSingleAttemptTool(_RunToolStep):
+    """Runs a non-idempotent write or unclassified call once; else ``RecordToolOutcomeUnknown``."""
+
+    def __init__(self, parts: SessionParts, failure: RecordToolOutcomeUnknown) -> None:
+        super().__init__(parts)
+        self._failure = failure
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_retry=RetryPolicy(maximum_attempts=1),
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
