@@ -34,7 +34,7 @@ import dex
 
 
 class Noop(dex.Step[int]):
-    async def execute(self, ctx: dex.AsyncContext, remaining: int) -> dex.StepDecision:
+    async def execute(self, ctx: dex.Context, remaining: int) -> dex.StepDecision:
         if remaining <= 1:
             return dex.StepDecision.graceful_complete()
         return dex.StepDecision.go_to(Noop, remaining - 1)
@@ -82,12 +82,19 @@ def sqlite_path(url: str | None, workdir: Path) -> Path:
 def start_server(db: Path, workdir: Path, fsync: bool) -> tuple[subprocess.Popen[bytes], str]:
     address_file = workdir / "address"
     cmd = [
-        sys.executable, "-m", "dex_server", "--database-path", str(db), "--port", "0",
-        "--address-file", str(address_file),
+        sys.executable,
+        "-m",
+        "dex_server",
+        "--database-path",
+        str(db),
+        "--port",
+        "0",
+        "--address-file",
+        str(address_file),
     ]
     if not fsync:
         cmd.append("--no-fsync")
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (closed right after the spawn)
+    log = open(workdir / "server.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     deadline = time.monotonic() + 30

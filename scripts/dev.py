@@ -115,12 +115,12 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     checks = [("root ruff check", [uv, "run", "ruff", "check", "."])]
     if loose:
         checks.append(("root ruff format", [uv, "run", "ruff", "format", "--check", *loose]))
-        checks.append(
-            (
-                "root mypy",
-                [uv, "run", "mypy", "--config-file", "pyproject.toml", *loose],
-            )
-        )
+    # Each example is its own set of top-level modules (run.py, worker.py, ...): one mypy
+    # run per example keeps equal names in different examples apart.
+    examples = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*") if p.is_dir())
+    for target in [*(p for p in ("scripts", "bench") if (ROOT / p).is_dir()), *examples]:
+        mypy = [uv, "run", "mypy", "--config-file", "pyproject.toml", target]
+        checks.append((f"root mypy {target}", mypy))
     return checks
 
 

@@ -26,14 +26,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 import dex
 from order_flow import COOLING_OFF, Order, OrderFlow, registry
+from rich.console import Console
+from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 STEPS = ["ReserveStock", "ChargePayment", "CoolingOff", "AwaitShipment"]
@@ -75,9 +73,12 @@ class Processes:
         self.children: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        log = open(self.workdir / f"{name}.log", "wb")
         proc = subprocess.Popen(
-            cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+            cmd,
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log.close()
@@ -126,8 +127,16 @@ async def demo(workdir: Path, keep: bool) -> int:
         step("Starting a dev server: [bold]dexcli dev[/] on a temporary data folder")
         server = procs.start(
             "server",
-            [*dexcli(), "dev", "--data-dir", str(workdir / "data"), "--port", "0",
-             "--address-file", str(address_file)],
+            [
+                *dexcli(),
+                "dev",
+                "--data-dir",
+                str(workdir / "data"),
+                "--port",
+                "0",
+                "--address-file",
+                str(address_file),
+            ],
             {},
         )
 
@@ -185,7 +194,7 @@ async def demo(workdir: Path, keep: bool) -> int:
 
             step("The warehouse calls the [bold]confirm_shipment[/] RPC with a tracking number")
             await client.invoke_rpc(flow.confirm_shipment, flow_id, "TRACK-1234")
-            result = await client.wait_for_flow(flow_id, timeout=timedelta(seconds=20))
+            result = await client.wait_for_flow(flow_id, timeout=20.0)
             output = result.single_output(str)
             status = await client.invoke_rpc(flow.status, flow_id)
             done(f"Flow {result.status.value}: {output!r} (status Attribute: {status!r})")
@@ -206,8 +215,6 @@ async def demo(workdir: Path, keep: bool) -> int:
         return 0 if ok else 1
     finally:
         procs.stop_all()
-
-
 
 
 async def _exists(path: Path) -> bool:
@@ -247,7 +254,7 @@ def main() -> int:
         except (TimeoutError, RuntimeError, dex.DexError) as exc:
             console.print(f"[bold red]demo failed:[/] {exc}")
             for name in ("server", "worker-1", "worker-2"):
-                log = (Path(tmp) / f"{name}.log")
+                log = Path(tmp) / f"{name}.log"
                 if log.exists() and log.stat().st_size:
                     console.rule(f"{name} log")
                     console.print(log.read_text(errors="replace")[-4000:], markup=False)
