@@ -19,12 +19,21 @@ Transport:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import Raw, Struct
 
 PROTOCOL_VERSION = 1
+
+# msgspec cannot decode ``Raw`` inside a union (``Raw | None`` rejects every non-null
+# value). Optional raw fields are therefore declared as ``Raw`` for msgspec with a
+# ``None`` default: an absent field decodes to None, a present one (even ``null``) to Raw.
+# Type checkers see ``Raw | None``.
+if TYPE_CHECKING:
+    OptionalRaw = Raw | None
+else:
+    OptionalRaw = Raw
 
 # --------------------------------------------------------------------------- definitions
 
@@ -123,14 +132,14 @@ class WaitSpec(Struct, kw_only=True, omit_defaults=True):
 
 class Movement(Struct, kw_only=True, omit_defaults=True):
     step_type: str
-    input: Raw | None = None
+    input: OptionalRaw = None
     options: StepOptionsSpec | None = None
 
 
 class DecisionSpec(Struct, kw_only=True, omit_defaults=True):
     kind: Literal["go_to", "graceful_complete", "force_complete", "force_fail", "dead_end"]
     movements: list[Movement] = []
-    output: Raw | None = None
+    output: OptionalRaw = None
     reason: str | None = None
     cancel_steps: list[str] = []
     cancel_sibling_steps: list[str] = []
@@ -173,7 +182,7 @@ class Task(Struct, kw_only=True, omit_defaults=True):
     first_attempt_at: float = 0.0
     deadline: float = 0.0  # unix seconds
     heartbeat_timeout_s: float | None = None
-    input: Raw | None = None
+    input: OptionalRaw = None
     attributes: dict[str, Raw] = {}  # physical name -> value; absent means unset
     blob_refs: dict[str, str] = {}  # physical name -> blob hash, for offloaded values
     input_blob: str | None = None  # blob hash when the input itself was offloaded
@@ -186,7 +195,7 @@ class Task(Struct, kw_only=True, omit_defaults=True):
     recovery_error: RecoveryErrorWire | None = None
     wait_for_failed: bool = False
     locals: dict[str, Raw] = {}
-    last_heartbeat_value: Raw | None = None
+    last_heartbeat_value: OptionalRaw = None
 
 
 class ErrorInfo(Struct, kw_only=True, omit_defaults=True):
@@ -209,7 +218,7 @@ class Publish(Struct, kw_only=True):
 
 class RecordedEvent(Struct, kw_only=True):
     name: str
-    value: Raw | None = None
+    value: OptionalRaw = None
 
 
 class TaskResult(Struct, kw_only=True, omit_defaults=True):
@@ -217,16 +226,23 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
 
     task_id: str
     error: ErrorInfo | None = None
-    attribute_writes: dict[str, Raw | None] = {}  # None deletes
+    attribute_writes: dict[str, OptionalRaw] = {}  # None deletes
     publishes: list[Publish] = []
     channel_deletes: list[ChannelDelete] = []
     locals: dict[str, Raw] = {}
     events: list[RecordedEvent] = []
     wait: WaitSpec | None = None  # wait_for result
     decision: DecisionSpec | None = None  # execute result
-    rpc_output: Raw | None = None
+    rpc_output: OptionalRaw = None
     rpc_movements: list[Movement] = []
     rpc_cancel_steps: list[str] = []
+
+    def __post_init__(self) -> None:
+        # A JSON null in attribute_writes decodes as Raw(b"null"); it means "delete".
+        writes = self.attribute_writes
+        for name, value in writes.items():
+            if value is not None and bytes(value) == b"null":
+                writes[name] = None
 
 
 # --------------------------------------------------------------------------- worker stream
@@ -245,7 +261,7 @@ class Heartbeat(Struct, tag="heartbeat", kw_only=True, omit_defaults=True):
     """Liveness of one task. ``durable=True`` asks the server to commit "started" and ack."""
 
     task_id: str
-    value: Raw | None = None
+    value: OptionalRaw = None
     has_value: bool = False
     durable: bool = False
     seq: int = 0
@@ -307,7 +323,7 @@ class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     flow_type: str
     flow_id: str
     spec: FlowSpec
-    input: Raw | None = None
+    input: OptionalRaw = None
     id_reuse_policy: Literal[
         "default",
         "allow_if_previous_failed",
@@ -327,7 +343,7 @@ class StartFlowResponse(Struct, kw_only=True):
 
 class InvokeRpcRequest(Struct, kw_only=True, omit_defaults=True):
     rpc_name: str
-    input: Raw | None = None
+    input: OptionalRaw = None
     run_id: str = ""
     timeout_s: float | None = None
     extra_loads: LoadSpec | None = None
@@ -335,7 +351,7 @@ class InvokeRpcRequest(Struct, kw_only=True, omit_defaults=True):
 
 
 class InvokeRpcResponse(Struct, kw_only=True, omit_defaults=True):
-    output: Raw | None = None
+    output: OptionalRaw = None
 
 
 class StopFlowRequest(Struct, kw_only=True, omit_defaults=True):
@@ -355,7 +371,7 @@ class FlowInfoWire(Struct, kw_only=True, omit_defaults=True):
 class CompletionWire(Struct, kw_only=True, omit_defaults=True):
     step_type: str
     step_execution_id: str
-    output: Raw | None = None
+    output: OptionalRaw = None
 
 
 class FlowResultWire(Struct, kw_only=True, omit_defaults=True):
