@@ -90,6 +90,8 @@ class Session:
         self._ws = ws
         self._out: deque[bytes] = deque()
         self._out_ready = asyncio.Event()
+        self._flushed = asyncio.Event()
+        self._flushed.set()
         self._acks: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
         self._steps_running = 0
@@ -227,6 +229,7 @@ class Session:
         if self._closed:
             return
         self._out.append(encoder.encode(frame))
+        self._flushed.clear()
         self._out_ready.set()
 
     def expect_ack(self, task_id: str, seq: int) -> asyncio.Future[None]:
@@ -247,7 +250,9 @@ class Session:
                 try:
                     await self._ws.send(data, text=True)
                 except ConnectionClosed:
+                    self._flushed.set()
                     return
+            self._flushed.set()
 
     # ------------------------------------------------------------------ stopping
 
@@ -265,8 +270,7 @@ class Session:
             await asyncio.gather(*handles, return_exceptions=True)
         with contextlib.suppress(TimeoutError):  # let queued results reach the server
             async with asyncio.timeout(5.0):
-                while self._out and not self._closed:
-                    await asyncio.sleep(0.005)
+                await self._flushed.wait()
         await self._ws.close()
 
     @property
