@@ -60,13 +60,7 @@ async def run_worker(address: str, slots: int) -> None:
             pull=dex.PullWorkerOptions(max_concurrent_tasks=slots),
         ),
     )
-    loop = asyncio.get_running_loop()
-    stops: list[asyncio.Task[None]] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: stops.append(loop.create_task(worker.stop())))
-    await worker.start()
-    for task in stops:
-        await task
+    await worker.run()  # SIGINT / SIGTERM: graceful stop
 
 
 def sqlite_path(url: str | None, workdir: Path) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 
 import dex
 from order_flow import registry
@@ -22,13 +21,7 @@ async def serve() -> None:
             pull=dex.PullWorkerOptions(max_concurrent_tasks=4),
         ),
     )
-    loop = asyncio.get_running_loop()
-    stopping: list[asyncio.Task[None]] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: stopping.append(loop.create_task(worker.stop())))
-    await worker.start()
-    for task in stopping:
-        await task
+    await worker.run()  # SIGINT / SIGTERM: graceful stop
 
 
 if __name__ == "__main__":
