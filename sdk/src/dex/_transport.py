@@ -106,7 +106,7 @@ class HttpTransport:
         address: str,
         *,
         credential: str | None,
-        timeout: float,
+        timeout: float | None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = http_base_url(address)
@@ -165,7 +165,7 @@ class HttpTransport:
                 content=content,
                 params=params,
                 headers=headers,
-                timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout),
             )
         except httpx.HTTPError as exc:
             raise transport_error(exc, f"{method} {path}") from exc

@@ -82,11 +82,8 @@ class AsyncClient:
         self.registry = registry
         self.blob_cache = blob_cache
         self.options = options
-        timeout = seconds(options.timeout)
         self._http = HttpTransport(
-            options.server_address,
-            credential=options.credential,
-            timeout=timeout if timeout is not None else 1e9,
+            options.server_address, credential=options.credential, timeout=seconds(options.timeout)
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -310,7 +307,7 @@ class AsyncClient:
             f"/v1/flows/{_Q(flow_id)}/rpc",
             InvokeRpcResponse,
             body=request,
-            timeout=max(http_timeout, self._http.timeout),
+            timeout=None if self._http.timeout is None else max(http_timeout, self._http.timeout),
             flow_id=flow_id,
         )
         return rpc.decode_output(response.output)
