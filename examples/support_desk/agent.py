@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
@@ -67,7 +68,11 @@ def issue_refund(order_id: int, amount: int) -> str:
     return f"refund of ${amount} issued for order {order_id} (ref RF-{order_id}-1)"
 
 
-TOOLS = {"lookup_order": lookup_order, "add_note": add_note, "issue_refund": issue_refund}
+TOOLS: dict[str, Callable[..., object]] = {
+    "lookup_order": lookup_order,
+    "add_note": add_note,
+    "issue_refund": issue_refund,
+}
 
 POLICIES = {
     "lookup_order": ToolPolicy(ToolEffect.READ),

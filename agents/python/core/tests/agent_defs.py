@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def failing_tool() -> str:
     raise ToolExecutionError("the inventory service said no")
 
 
-TOOLS = {
+TOOLS: dict[str, Callable[..., object]] = {
     "lookup_order": lookup_order,
     "add_note": add_note,
     "issue_refund": issue_refund,
@@ -183,6 +184,16 @@ def event_model() -> ScriptedModel:
     )
 
 
+def steer_model() -> ScriptedModel:
+    """Like the router, but every model call passes gate ``model-<turn_id>-<call index>``."""
+
+    def step(call: ModelCall) -> ScriptedResponse:
+        response = route(call) if call.call_index == 0 else summarize(call)
+        return replace(response, gate="model-{turn_id}-{call_index}")
+
+    return ScriptedModel(default=step)
+
+
 # --------------------------------------------------------------------------- scenarios
 
 _MODELS: dict[str, Callable[[], ScriptedModel]] = {
@@ -194,7 +205,7 @@ _MODELS: dict[str, Callable[[], ScriptedModel]] = {
     "history": history_model,
     "events": event_model,
     "deadline": router_model,
-    "steer": router_model,
+    "steer": steer_model,
 }
 
 _GATES: dict[str, dict[str, str]] = {

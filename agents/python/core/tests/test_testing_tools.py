@@ -7,6 +7,7 @@ import json
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 from dex_agents import (
     AgentEvent,
@@ -266,7 +267,7 @@ async def test_scripted_tools_see_their_idempotency_key_and_may_fail(tmp_path: P
 
     broken_call = DeferredToolExecution(
         flow_id="s",
-        tool_call=AgentToolCall(**{**_fields(record), "tool_name": "broken", "arguments": ""}),
+        tool_call=msgspec.structs.replace(record, tool_name="broken", arguments=""),
         idempotency_key="s/turn-1/c1",
         attempt=1,
         events=writer,
@@ -274,7 +275,3 @@ async def test_scripted_tools_see_their_idempotency_key_and_may_fail(tmp_path: P
     )
     with pytest.raises(ToolExecutionError, match="nope"):
         await runner.execute_deferred_tool_call(broken_call)
-
-
-def _fields(record: AgentToolCall) -> dict[str, object]:
-    return {name: getattr(record, name) for name in record.__struct_fields__}

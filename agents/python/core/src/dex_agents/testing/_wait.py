@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
 from dex.errors import DexServiceError
 
@@ -19,13 +19,33 @@ DEFAULT_TIMEOUT_S = 30.0
 _INTERVAL_S = 0.02
 
 
+@overload
 async def wait_until(
     description: str,
-    probe: Callable[[], T | None | Awaitable[T | None]],
+    probe: Callable[[], Awaitable[T | None]],
     timeout: float = DEFAULT_TIMEOUT_S,
     *,
     interval: float = _INTERVAL_S,
-) -> T:
+) -> T: ...
+
+
+@overload
+async def wait_until(
+    description: str,
+    probe: Callable[[], T | None],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    *,
+    interval: float = _INTERVAL_S,
+) -> T: ...
+
+
+async def wait_until(
+    description: str,
+    probe: Callable[[], object],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    *,
+    interval: float = _INTERVAL_S,
+) -> object:
     """Call ``probe`` until it returns a truthy value, and return that value.
 
     Use it wherever a test waits for something another process does. ``probe`` may be a
@@ -53,7 +73,7 @@ async def wait_until(
         if inspect.isawaitable(result):
             result = await result
         if result:
-            return result  # type: ignore[return-value]
+            return result
         last = result
         if time.monotonic() >= deadline:
             raise TimeoutError(

@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dex import AsyncWorker, Flow, PullWorkerOptions, Registry, WorkerOptions
 
@@ -17,7 +18,7 @@ DEFAULT_TASK_SLOTS = 32
 
 
 def run_agent_worker(
-    flows: Sequence[Flow[object]],
+    flows: Sequence[Flow[Any]],
     *,
     max_concurrent_tasks: int = DEFAULT_TASK_SLOTS,
     registration_timeout: float = 30.0,
@@ -44,7 +45,7 @@ def run_agent_worker(
 
 
 async def _serve(
-    flows: list[Flow[object]], max_concurrent_tasks: int, registration_timeout: float
+    flows: list[Flow[Any]], max_concurrent_tasks: int, registration_timeout: float
 ) -> None:
     address = os.environ[SERVER_ADDRESS_ENV]
     registry = Registry(flows, allow_async_handlers=True)
