@@ -86,7 +86,15 @@ def build_app(config: ServerConfig) -> Starlette:
         finally:
             await runtime.stop()
 
-    app = Starlette(routes=build_routes(runtime), lifespan=lifespan)
+    from starlette.middleware import Middleware
+
+    from dex_server.api import BearerAuth
+
+    app = Starlette(
+        routes=build_routes(runtime),
+        lifespan=lifespan,
+        middleware=[Middleware(BearerAuth, token=config.token)],
+    )
     app.state.runtime = runtime
     return app
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from dex_server.api._routes import build_routes
+from dex_server.api._routes import BearerAuth, build_routes
 
-__all__ = ["build_routes"]
+__all__ = ["BearerAuth", "build_routes"]

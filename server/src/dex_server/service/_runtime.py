@@ -1,17 +1,460 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from dex._protocol import (
+    ErrorCode,
+    ErrorInfo,
+    FlowSpec,
+    HeartbeatAck,
+    InvokeRpcRequest,
+    StartFlowRequest,
+    StopFlowRequest,
+    Task,
+    TaskResult,
+)
+
+from dex_server.dispatch import (
+    Dispatcher,
+    Envelope,
+    InFlight,
+    RpcLostError,
+    RpcNoWorkerError,
+    RpcTimeoutError,
+    StreamHub,
+    WorkerConn,
+)
+from dex_server.service import _flows, _steps
+from dex_server.service._common import (
+    DEFAULT_STREAM_CAPACITY,
+    Effects,
+    Limits,
+    ServiceError,
+    Specs,
+)
+from dex_server.service._steps import AttemptRef
+from dex_server.service._tasks import build_step_task
+from dex_server.store import SqliteStore, Tx
 
 if TYPE_CHECKING:
     from dex_server.app import ServerConfig
 
+T = TypeVar("T")
+log = logging.getLogger("dex_server")
+_TIMER_HORIZON_S = 120.0
+
 
 class Runtime:
+    """The running server: store, specs, dispatcher, Streams and background loops."""
+
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.store = SqliteStore(config.database_path, fsync=config.fsync)
+        self.specs = Specs()
+        self.limits = Limits(
+            blob_threshold_bytes=config.blob_threshold_bytes,
+            max_value_bytes=config.max_value_bytes,
+            max_flow_state_bytes=config.max_flow_state_bytes,
+            max_request_bytes=config.max_request_bytes,
+            retention_s=config.retention_s,
+        )
+        self.dispatcher = Dispatcher(self, config.dispatch_wait_s)
+        self.streams = StreamHub()
+        self._versions: dict[str, int] = {}
+        self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._timers: list[tuple[float, str, str]] = []
+        self._timer_wake = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._rpc_gates: dict[str, asyncio.Lock] = {}
+        self._commit_holds: dict[str, asyncio.Event] = {}
+
+    # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        pass
+        self.store.open()
+        for spec in await self.store.run(lambda tx: tx.specs.all()):
+            self.specs.put(spec)
+        eff = await self.store.run(
+            lambda tx: _steps.recover(tx, self.limits, self.specs, time.time())
+        )
+        self.apply(eff)
+        self._loops = [
+            asyncio.create_task(self._lease_loop()),
+            asyncio.create_task(self._timer_loop()),
+            asyncio.create_task(self._retention_loop()),
+        ]
 
     async def stop(self) -> None:
-        pass
+        for t in self._loops:
+            t.cancel()
+        for t in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await self.store.close()
+
+    async def run(self, job: Callable[[Tx], T]) -> T:
+        return await self.store.run(job)
+
+    # ------------------------------------------------------------------ effects
+
+    def versions(self) -> dict[str, int]:
+        return self._versions
+
+    def apply(self, eff: Effects) -> None:
+        for run_id, v in eff.versions.items():
+            if v > self._versions.get(run_id, 0):
+                self._versions[run_id] = v
+        for run_id, eid in eff.cancelled:
+            self.dispatcher.cancel(run_id, eid, "the Step was cancelled")
+        for flow_id, run_id in eff.closed:
+            self._versions.pop(run_id, None)
+            for w in self._closed_waiters.pop(flow_id, []):
+                if not w.done():
+                    w.set_result(None)
+        for r in eff.ready:
+            self.dispatcher.offer(
+                Envelope(
+                    kind=r.kind,
+                    flow_type=r.flow_type,
+                    run_id=r.run_id,
+                    execution_id=r.execution_id,
+                    attempt=r.attempt,
+                    locks=r.locks,
+                    timeout_s=r.timeout_s,
+                    heartbeat_timeout_s=r.heartbeat_timeout_s,
+                    task=r.task,
+                    version=r.version,
+                )
+            )
+        if eff.timers:
+            horizon = time.time() + _TIMER_HORIZON_S
+            for t in eff.timers:
+                if t[0] <= horizon:
+                    heapq.heappush(self._timers, t)
+            self._timer_wake.set()
+
+    async def build_task(self, env: Envelope) -> Task | None:
+        assert env.execution_id is not None
+        run_id, eid, attempt = env.run_id, env.execution_id, env.attempt
+
+        def job(tx: Tx) -> tuple[Task | None, int]:
+            flow = tx.flows.get(run_id)
+            e = tx.executions.get(run_id, eid)
+            if flow is None or flow.status != "running" or e is None or e.attempt != attempt:
+                return None, 0
+            return build_step_task(tx, flow, e), flow.version
+
+        task, version = await self.store.run(job)
+        env.version = version
+        return task
+
+    def attempt_failed(self, inflight: InFlight | Envelope, error: ErrorInfo) -> None:
+        if isinstance(inflight, InFlight):
+            env, hb, started = inflight.env, inflight.heartbeat_value, inflight.dispatched_at
+        else:
+            env, hb, started = inflight, None, time.time()
+        if env.execution_id is None or env.kind == "rpc":
+            return
+        ref = AttemptRef(
+            run_id=env.run_id,
+            execution_id=env.execution_id,
+            kind=env.kind,
+            attempt=env.attempt,
+            started_at=started,
+        )
+        self._spawn(self._commit_failure(env, ref, error, hb))
+
+    async def _commit_failure(
+        self, env: Envelope, ref: AttemptRef, error: ErrorInfo, hb: msgspec.Raw | None
+    ) -> None:
+        try:
+            eff = await self.store.run(
+                lambda tx: _steps.fail_step_attempt(
+                    tx, self.limits, self.specs, ref, error, time.time(), hb
+                )
+            )
+        finally:
+            self.dispatcher.finished(env)
+        self.apply(eff)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        _background.add(task)
+        task.add_done_callback(_task_done)
+
+    # ------------------------------------------------------------------ worker frames
+
+    def worker_registered(self, conn: WorkerConn, flows: list[FlowSpec]) -> None:
+        self.dispatcher.register(conn)
+
+    async def register_specs(self, flows: list[FlowSpec]) -> None:
+        now = time.time()
+
+        def job(tx: Tx) -> None:
+            for spec in flows:
+                tx.specs.upsert(spec, now)
+
+        await self.store.run(job)
+        for spec in flows:
+            self.specs.put(spec)
+
+    def on_result(self, conn: WorkerConn, result: TaskResult) -> None:
+        inflight = self.dispatcher.complete(conn, result.task_id)
+        if inflight is None:
+            return
+        env = inflight.env
+        if env.kind == "rpc":
+            if env.result is not None and not env.result.done():
+                env.result.set_result(result)
+            return
+        assert env.execution_id is not None
+        ref = AttemptRef(
+            run_id=env.run_id,
+            execution_id=env.execution_id,
+            kind=env.kind,
+            attempt=env.attempt,
+            started_at=inflight.dispatched_at,
+        )
+        if result.error is not None and inflight.heartbeat_value is not None:
+            hb = inflight.heartbeat_value
+            self._spawn(self._commit_failure(env, ref, result.error, hb))
+            return
+        self._spawn(self._commit_result(env, ref, result))
+
+    async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
+        hold = self._commit_holds.get(env.run_id)
+        while hold is not None:
+            await hold.wait()
+            hold = self._commit_holds.get(env.run_id)
+        try:
+            eff = await self.store.run(
+                lambda tx: _steps.apply_step_result(
+                    tx, self.limits, self.specs, ref, result, time.time()
+                )
+            )
+        finally:
+            self.dispatcher.finished(env)
+        self.apply(eff)
+
+    async def durable_heartbeat(
+        self, conn: WorkerConn, task_id: str, seq: int, value: msgspec.Raw | None
+    ) -> None:
+        inflight = conn.tasks.get(task_id)
+        if inflight is None or inflight.env.execution_id is None:
+            if inflight is not None:
+                conn.send(HeartbeatAck(task_id=task_id, seq=seq))
+            return
+        env = inflight.env
+        assert env.execution_id is not None and env.kind != "rpc"
+        ref = AttemptRef(
+            run_id=env.run_id,
+            execution_id=env.execution_id,
+            kind=env.kind,
+            attempt=env.attempt,
+            started_at=inflight.dispatched_at,
+        )
+        ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
+        if ok:
+            conn.send(HeartbeatAck(task_id=task_id, seq=seq))
+
+    def stream_capacity(self, flow_type: str, stream: str) -> int:
+        idx = self.specs.get(flow_type)
+        if idx is None:
+            raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
+        if stream not in idx.streams:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"Flow type {flow_type!r} declares no Stream {stream!r}"
+            )
+        return idx.streams.get(stream, DEFAULT_STREAM_CAPACITY)
+
+    def stream_write(
+        self, flow_type: str, stream: str, flow_id: str, value: bytes, source: str
+    ) -> None:
+        cap = self.stream_capacity(flow_type, stream)
+        self.limits.check_value(value, "Stream message")
+        if len(value) > cap:
+            from dex_server.service._common import LimitError
+
+            raise LimitError("stream_capacity_bytes", len(value), cap, "Stream message")
+        self.streams.write((flow_type, stream, flow_id), cap, value, source)
+
+    # ------------------------------------------------------------------ client API
+
+    async def start_flow(self, req: StartFlowRequest) -> str:
+        run_id, eff = await self.store.run(
+            lambda tx: _flows.start_flow(tx, self.limits, self.specs, req, time.time())
+        )
+        self.apply(eff)
+        return run_id
+
+    async def stop_flow(self, flow_id: str, req: StopFlowRequest) -> None:
+        eff = await self.store.run(
+            lambda tx: _flows.stop_flow(tx, self.limits, flow_id, req, time.time())
+        )
+        self.apply(eff)
+
+    async def wait_closed(self, flow_id: str, timeout_s: float) -> bool:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closed_waiters.setdefault(flow_id, []).append(fut)
+        info = await self.store.run(lambda tx: _flows.describe(tx, flow_id))
+        if info.status != "running":
+            return True
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            waiters = self._closed_waiters.get(flow_id, [])
+            if fut in waiters:
+                waiters.remove(fut)
+            return False
+        return True
+
+    async def invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> msgspec.Raw | None:
+        flow, task, transactional, locks, timeout = await self.store.run(
+            lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
+        )
+        env = Envelope(
+            kind="rpc",
+            flow_type=flow.flow_type,
+            run_id=flow.run_id,
+            execution_id=None,
+            attempt=1,
+            locks=locks,
+            timeout_s=timeout,
+            heartbeat_timeout_s=None,
+            task=task,
+        )
+        if locks and not self.dispatcher.try_lock_rpc(env):
+            raise ServiceError(
+                ErrorCode.RPC_LOCK_CONFLICT,
+                f"a lock of RPC {req.rpc_name!r} is held",
+                flow_id=flow_id,
+            )
+        gate = self._rpc_gates.setdefault(flow.run_id, asyncio.Lock()) if transactional else None
+        try:
+            if gate is not None:
+                await gate.acquire()
+                self._commit_holds[flow.run_id] = asyncio.Event()
+                # snapshot again now that no Step result can commit in between
+                flow, task, transactional, locks, timeout = await self.store.run(
+                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
+                )
+                env.task = task
+            result = await self._call_rpc(env, timeout)
+            if result.error is not None:
+                raise ServiceError(
+                    ErrorCode.WORKER_API_ERROR,
+                    f"RPC {req.rpc_name!r} failed: {result.error.error_type}: "
+                    f"{result.error.message}",
+                    detail=result.error.stack,
+                    flow_id=flow_id,
+                )
+            if _flows.has_effects(result):
+                if flow.status != "running":
+                    raise ServiceError(
+                        ErrorCode.FLOW_NOT_ACTIVE,
+                        "the Flow is closed; an RPC on a closed Flow must have no effects",
+                        flow_id=flow_id,
+                    )
+                run_id = flow.run_id
+                eff = await self.store.run(
+                    lambda tx: _flows.rpc_commit(
+                        tx,
+                        self.limits,
+                        self.specs,
+                        run_id,
+                        req,
+                        result,
+                        transactional,
+                        time.time(),
+                    )
+                )
+                self.apply(eff)
+            return result.rpc_output
+        finally:
+            self.dispatcher.release_locks(env)
+            if gate is not None:
+                hold = self._commit_holds.pop(flow.run_id, None)
+                if hold is not None:
+                    hold.set()
+                gate.release()
+
+    async def _call_rpc(self, env: Envelope, timeout: float) -> TaskResult:
+        fut: asyncio.Future[TaskResult] = asyncio.get_running_loop().create_future()
+        env.result = fut
+        env.locks_held = False  # RPC locks are held by invoke_rpc, not the queue
+        saved_locks, env.locks = env.locks, []
+        self.dispatcher.offer(env)
+        env.locks, env.locks_held = saved_locks, bool(saved_locks)
+        try:
+            return await asyncio.wait_for(fut, timeout + 1.0)
+        except RpcNoWorkerError:
+            raise ServiceError(
+                ErrorCode.NO_WORKER_AVAILABLE, f"no Worker serves Flow type {env.flow_type!r}"
+            ) from None
+        except (RpcTimeoutError, TimeoutError):
+            env.cancelled = True
+            raise ServiceError(ErrorCode.REQUEST_TIMEOUT, "the RPC timed out") from None
+        except RpcLostError as exc:
+            raise ServiceError(ErrorCode.WORKER_API_ERROR, str(exc)) from None
+
+    # ------------------------------------------------------------------ loops
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                self.dispatcher.check()
+            except Exception:
+                log.exception("lease check failed")
+
+    async def _timer_loop(self) -> None:
+        last_refill = 0.0
+        while True:
+            now = time.time()
+            if now - last_refill > _TIMER_HORIZON_S / 2:
+                last_refill = now
+                rows = await self.store.run(
+                    lambda tx: tx.timers.due_before(now + _TIMER_HORIZON_S, 100_000)
+                )
+                known = set(self._timers)
+                for r in rows:
+                    if r not in known:
+                        heapq.heappush(self._timers, r)
+            now = time.time()
+            while self._timers and self._timers[0][0] <= now:
+                _, run_id, eid = heapq.heappop(self._timers)
+                self._spawn(self._fire(run_id, eid))
+            delay = self._timers[0][0] - now if self._timers else _TIMER_HORIZON_S / 2
+            self._timer_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wake.wait(), max(0.0, min(delay, 30.0)))
+
+    async def _fire(self, run_id: str, eid: str) -> None:
+        eff = await self.store.run(
+            lambda tx: _steps.fire_timer(tx, self.limits, self.specs, run_id, eid, time.time())
+        )
+        self.apply(eff)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            try:
+                await self.store.run(lambda tx: _flows.sweep(tx, time.time()))
+            except Exception:
+                log.exception("retention sweep failed")
+            await asyncio.sleep(self.config.retention_sweep_interval_s)
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _task_done(task: asyncio.Future[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background job failed", exc_info=task.exception())

@@ -1,0 +1,340 @@
+"""Ready queues per Flow type, Worker slots, locks, leases and redelivery (in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from dex._protocol import CancelTask, ErrorCode, ErrorInfo, Task, TaskFrame
+
+from dex_server.dispatch._model import Envelope, InFlight, WorkerConn
+from dex_server.engine import expired
+
+
+class DispatchHost(Protocol):
+    def versions(self) -> dict[str, int]: ...
+    def build_task(self, env: Envelope) -> Awaitable[Task | None]: ...
+    def attempt_failed(self, inflight: InFlight | Envelope, error: ErrorInfo) -> None: ...
+
+
+class Dispatcher:
+    """Matches queued tasks to Worker connections.
+
+    Steps wait for their lock keys (held from dispatch until their result commits); RPCs
+    fail fast on a held key (see :meth:`try_lock_rpc`). A task whose Flow type no connected
+    Worker accepts for ``dispatch_wait_s`` fails with ``NO_WORKER_AVAILABLE`` (busy Workers
+    do not count: the task waits for a free slot).
+    """
+
+    def __init__(self, host: DispatchHost, dispatch_wait_s: float) -> None:
+        self.host = host
+        self.dispatch_wait_s = dispatch_wait_s
+        self.queues: dict[str, deque[Envelope]] = {}
+        self.conns: dict[int, WorkerConn] = {}
+        self.inflight: dict[str, InFlight] = {}
+        self.by_exec: dict[tuple[str, str], Envelope] = {}
+        self.running: dict[tuple[str, str], str] = {}
+        self.locks: dict[str, dict[str, Envelope]] = {}
+        self.lock_waiters: dict[str, list[Envelope]] = {}
+
+    # ------------------------------------------------------------------ queueing
+
+    def offer(self, env: Envelope) -> None:
+        if env.key is not None:
+            old = self.by_exec.get(env.key)
+            if old is not None and old is not env:
+                old.cancelled = True
+            self.by_exec[env.key] = env
+        if env.locks and not env.locks_held:
+            if not self._try_lock(env):
+                self.lock_waiters.setdefault(env.run_id, []).append(env)
+                return
+            env.task = None  # snapshot after the locks are held
+        env.enqueued_at = time.monotonic()
+        versions = self.host.versions()
+        if env.task is None or (env.kind != "rpc" and versions.get(env.run_id, 0) > env.version):
+            self._spawn(self._build_then_queue(env))
+            return
+        self._queue(env)
+
+    async def _build_then_queue(self, env: Envelope) -> None:
+        task = await self.host.build_task(env)
+        if task is None or env.cancelled:
+            self._drop(env)
+            return
+        env.task = task
+        self._queue(env)
+
+    def _queue(self, env: Envelope) -> None:
+        q = self.queues.setdefault(env.flow_type, deque())
+        if env.kind == "rpc":
+            q.appendleft(env)
+        else:
+            q.append(env)
+        self.pump(env.flow_type)
+
+    def pump(self, flow_type: str) -> None:
+        q = self.queues.get(flow_type)
+        if not q:
+            return
+        conns = [c for c in self.conns.values() if flow_type in c.flow_types]
+        if not conns:
+            return
+        skipped: deque[Envelope] = deque()
+        while q:
+            env = q.popleft()
+            if env.cancelled:
+                continue
+            conn = self._pick(conns, env)
+            if conn is None:
+                skipped.append(env)
+                if not any(c.can_take("rpc") for c in conns):
+                    break
+                continue
+            self._send(conn, env)
+        skipped.extend(q)
+        self.queues[flow_type] = skipped
+
+    @staticmethod
+    def _pick(conns: list[WorkerConn], env: Envelope) -> WorkerConn | None:
+        best: WorkerConn | None = None
+        for c in conns:
+            if c.id in env.rejected_by or not c.can_take(env.kind):
+                continue
+            if best is None or c.total < best.total:
+                best = c
+        return best
+
+    def _send(self, conn: WorkerConn, env: Envelope) -> None:
+        assert env.task is not None
+        now = time.time()
+        task_id = uuid.uuid4().hex
+        env.task.task_id = task_id
+        env.task.attempt = env.attempt if env.kind != "rpc" else 1
+        env.task.deadline = now + env.timeout_s
+        env.started_at = now
+        inflight = InFlight(
+            env=env,
+            conn=conn,
+            task_id=task_id,
+            dispatched_at=now,
+            deadline=now + env.timeout_s,
+            last_frame_at=now,
+        )
+        self.inflight[task_id] = inflight
+        conn.tasks[task_id] = inflight
+        conn.total += 1
+        if env.kind != "rpc":
+            conn.steps += 1
+        if env.key is not None:
+            self.running[env.key] = task_id
+        conn.send(TaskFrame(task=env.task))
+
+    def _release_slot(self, inflight: InFlight) -> None:
+        self.inflight.pop(inflight.task_id, None)
+        conn = inflight.conn
+        if conn.tasks.pop(inflight.task_id, None) is not None:
+            conn.total -= 1
+            if inflight.env.kind != "rpc":
+                conn.steps -= 1
+        key = inflight.env.key
+        if key is not None and self.running.get(key) == inflight.task_id:
+            del self.running[key]
+        for ft in conn.flow_types:
+            self.pump(ft)
+
+    # ------------------------------------------------------------------ worker frames
+
+    def get(self, conn: WorkerConn, task_id: str) -> InFlight | None:
+        inflight = conn.tasks.get(task_id)
+        if inflight is not None:
+            inflight.last_frame_at = time.time()
+            inflight.frames = True
+        return inflight
+
+    def complete(self, conn: WorkerConn, task_id: str) -> InFlight | None:
+        inflight = conn.tasks.get(task_id)
+        if inflight is None:
+            return None
+        self._release_slot(inflight)
+        return inflight
+
+    def reject(self, conn: WorkerConn, task_id: str) -> None:
+        inflight = conn.tasks.get(task_id)
+        if inflight is None:
+            return
+        self._release_slot(inflight)
+        env = inflight.env
+        env.rejected_by.add(conn.id)
+        if not env.cancelled:
+            self._queue(env)
+
+    def finished(self, env: Envelope) -> None:
+        """The task's outcome committed: release its locks and forget it."""
+        self._drop(env)
+
+    def _drop(self, env: Envelope) -> None:
+        if env.key is not None and self.by_exec.get(env.key) is env:
+            del self.by_exec[env.key]
+        self.release_locks(env)
+
+    # ------------------------------------------------------------------ locks
+
+    def _try_lock(self, env: Envelope) -> bool:
+        held = self.locks.setdefault(env.run_id, {})
+        if any(k in held and held[k] is not env for k in env.locks):
+            return False
+        for k in env.locks:
+            held[k] = env
+        env.locks_held = True
+        return True
+
+    def try_lock_rpc(self, env: Envelope) -> bool:
+        """Take every lock of an RPC at once, or none (the caller fails fast)."""
+        return self._try_lock(env)
+
+    def release_locks(self, env: Envelope) -> None:
+        if not env.locks_held:
+            return
+        env.locks_held = False
+        held = self.locks.get(env.run_id, {})
+        for k in env.locks:
+            if held.get(k) is env:
+                del held[k]
+        if not held:
+            self.locks.pop(env.run_id, None)
+        waiters = self.lock_waiters.pop(env.run_id, [])
+        for w in waiters:
+            if not w.cancelled:
+                self.offer(w)
+
+    # ------------------------------------------------------------------ cancellation
+
+    def cancel(self, run_id: str, execution_id: str, reason: str) -> None:
+        env = self.by_exec.pop((run_id, execution_id), None)
+        if env is None:
+            return
+        env.cancelled = True
+        task_id = self.running.get((run_id, execution_id))
+        if task_id is not None:
+            inflight = self.inflight.get(task_id)
+            if inflight is not None:
+                inflight.conn.send(CancelTask(task_id=task_id, reason=reason))
+                self._release_slot(inflight)
+        self.release_locks(env)
+        waiters = self.lock_waiters.get(run_id)
+        if waiters:
+            self.lock_waiters[run_id] = [w for w in waiters if not w.cancelled]
+
+    # ------------------------------------------------------------------ connections
+
+    def register(self, conn: WorkerConn) -> None:
+        self.conns[conn.id] = conn
+        for ft in conn.flow_types:
+            self.pump(ft)
+
+    def unregister(self, conn: WorkerConn) -> None:
+        """A Worker went away: redeliver tasks it sent nothing for, fail the others."""
+        conn.closed = True
+        self.conns.pop(conn.id, None)
+        for inflight in list(conn.tasks.values()):
+            self._release_slot(inflight)
+            env = inflight.env
+            if env.cancelled:
+                continue
+            if env.kind == "rpc":
+                if env.result is not None and not env.result.done():
+                    env.rejected_by.discard(conn.id)
+                    self._queue(env) if not inflight.frames else env.result.set_exception(
+                        _LostError("the Worker connection was lost during the RPC")
+                    )
+                continue
+            if inflight.frames:
+                self.host.attempt_failed(
+                    inflight,
+                    ErrorInfo(
+                        error_type="WORKER_CONNECTION_LOST", message="worker connection lost"
+                    ),
+                )
+            else:
+                self._queue(env)
+
+    # ------------------------------------------------------------------ leases
+
+    def check(self) -> None:
+        """Fail attempts past their timeouts and tasks no Worker accepts in time."""
+        now = time.time()
+        for inflight in list(self.inflight.values()):
+            kind = expired(
+                now=now,
+                deadline=inflight.deadline,
+                last_frame_at=inflight.last_frame_at,
+                heartbeat_timeout_s=inflight.env.heartbeat_timeout_s,
+            )
+            if kind is None:
+                continue
+            env = inflight.env
+            inflight.conn.send(CancelTask(task_id=inflight.task_id, reason=f"{kind} timeout"))
+            self._release_slot(inflight)
+            if env.kind == "rpc":
+                if env.result is not None and not env.result.done():
+                    env.result.set_exception(_TimeoutError("the RPC handler timed out"))
+                continue
+            self.host.attempt_failed(
+                inflight,
+                ErrorInfo(
+                    error_type="TIMEOUT",
+                    message=f"{env.kind} {kind} timeout after {now - inflight.dispatched_at:.3f}s",
+                ),
+            )
+        mono = time.monotonic()
+        for flow_type, q in self.queues.items():
+            serving = [c for c in self.conns.values() if flow_type in c.flow_types]
+            for env in list(q):
+                if env.cancelled or mono - env.enqueued_at < self.dispatch_wait_s:
+                    continue
+                if serving and not all(c.id in env.rejected_by for c in serving):
+                    continue
+                q.remove(env)
+                if env.kind == "rpc":
+                    if env.result is not None and not env.result.done():
+                        env.result.set_exception(_NoWorkerError(flow_type))
+                else:
+                    self.host.attempt_failed(
+                        env,
+                        ErrorInfo(
+                            error_type=ErrorCode.NO_WORKER_AVAILABLE,
+                            message=f"no Worker accepted Flow type {flow_type!r} within "
+                            f"{self.dispatch_wait_s}s",
+                        ),
+                    )
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Future[None]] = set()
+
+
+class _LostError(Exception):
+    pass
+
+
+class _TimeoutError(Exception):
+    pass
+
+
+class _NoWorkerError(Exception):
+    pass
+
+
+RpcLostError = _LostError
+RpcTimeoutError = _TimeoutError
+RpcNoWorkerError = _NoWorkerError
+Callback = Callable[[], None]

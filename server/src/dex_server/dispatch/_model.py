@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+from dex._protocol import ServerFrame, Task, TaskResult, encoder
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False, kw_only=True)
+class Envelope:
+    """A task waiting for, or held by, a Worker."""
+
+    kind: Literal["wait_for", "execute", "rpc"]
+    flow_type: str
+    run_id: str
+    execution_id: str | None
+    attempt: int
+    locks: list[str]
+    timeout_s: float
+    heartbeat_timeout_s: float | None
+    task: Task | None = None
+    version: int = 0
+    enqueued_at: float = 0.0
+    rejected_by: set[int] = field(default_factory=set)
+    cancelled: bool = False
+    locks_held: bool = False
+    result: asyncio.Future[TaskResult] | None = None  # RPCs only
+    started_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        return (self.run_id, self.execution_id) if self.execution_id else None
+
+
+@dataclass(eq=False, kw_only=True)
+class InFlight:
+    env: Envelope
+    conn: WorkerConn
+    task_id: str
+    dispatched_at: float
+    deadline: float
+    last_frame_at: float
+    frames: bool = False
+    heartbeat_value: msgspec.Raw | None = None
+
+
+class WorkerConn:
+    """One Worker WebSocket: its Flow types, slots and tasks."""
+
+    def __init__(
+        self, app_worker_id: str, flow_types: set[str], max_tasks: int, reserved_rpc: int
+    ) -> None:
+        self.id = next(_ids)
+        self.app_worker_id = app_worker_id
+        self.flow_types = flow_types
+        self.max_tasks = max(1, max_tasks)
+        self.step_max = max(0, self.max_tasks - max(0, reserved_rpc))
+        self.steps = 0
+        self.total = 0
+        self.tasks: dict[str, InFlight] = {}
+        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.closed = False
+
+    def can_take(self, kind: str) -> bool:
+        if self.closed or self.total >= self.max_tasks:
+            return False
+        return kind == "rpc" or self.steps < self.step_max
+
+    def send(self, frame: ServerFrame) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(encoder.encode(frame))

@@ -1,0 +1,101 @@
+"""Best-effort Streams, kept in memory per ``(flow_type, stream, flow_id)``.
+
+Streams do not survive a server restart: they are a live channel for progress (tokens,
+events), not durable state. Each stream is trimmed, oldest first, to its declared
+``stream_capacity_bytes``. Resume tokens are increasing sequence numbers (as strings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import msgspec
+from dex._protocol import StreamMessageWire
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Msg:
+    seq: int
+    value: bytes
+    created: float
+    source: str
+
+
+class _Stream:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.msgs: deque[_Msg] = deque()
+        self.bytes = 0
+        self.seq = 0
+        self.waiters: list[asyncio.Future[None]] = []
+
+
+def _wire(m: _Msg) -> StreamMessageWire:
+    return StreamMessageWire(
+        value=msgspec.Raw(m.value), resume_token=str(m.seq), created_time=m.created, source=m.source
+    )
+
+
+class StreamHub:
+    """All Streams of this server process."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[str, str, str], _Stream] = {}
+
+    def _get(self, key: tuple[str, str, str], capacity: int) -> _Stream:
+        s = self._streams.get(key)
+        if s is None:
+            s = self._streams[key] = _Stream(capacity)
+        s.capacity = capacity
+        return s
+
+    def write(self, key: tuple[str, str, str], capacity: int, value: bytes, source: str) -> None:
+        s = self._get(key, capacity)
+        s.seq += 1
+        s.msgs.append(_Msg(seq=s.seq, value=value, created=time.time(), source=source))
+        s.bytes += len(value)
+        while s.bytes > s.capacity and len(s.msgs) > 1:
+            s.bytes -= len(s.msgs.popleft().value)
+        waiters, s.waiters = s.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _after(self, s: _Stream, token: int) -> _Msg | None:
+        for m in s.msgs:
+            if m.seq > token:
+                return m
+        return None
+
+    async def read_next(
+        self, key: tuple[str, str, str], capacity: int, resume_token: str, timeout_s: float
+    ) -> StreamMessageWire | None:
+        token = int(resume_token) if resume_token else 0
+        s = self._get(key, capacity)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            m = self._after(s, token)
+            if m is not None:
+                return _wire(m)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            fut = asyncio.get_running_loop().create_future()
+            s.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                return None
+
+    def list(
+        self, key: tuple[str, str, str], capacity: int, page_size: int, before: str
+    ) -> tuple[list[StreamMessageWire], str | None]:
+        s = self._get(key, capacity)
+        limit = int(before) if before else s.seq + 1
+        older = [m for m in reversed(s.msgs) if m.seq < limit]
+        page = older[:page_size]
+        nxt = str(page[-1].seq) if len(older) > page_size and page else None
+        return [_wire(m) for m in page], nxt

@@ -1,0 +1,183 @@
+"""Decision application: which executions a result creates, cancels or closes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dex._protocol import DecisionSpec, Movement, StepOptionsSpec
+
+from dex_server.engine.ids import format_execution_id
+
+
+class InvalidDecisionError(Exception):
+    """A handler result names a Step type the Flow does not define (INVALID_USER_FLOW_CODE)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveExecution:
+    """An execution that is queued, running or waiting."""
+
+    execution_id: str
+    step_type: str
+    from_execution_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewExecution:
+    """An execution a movement creates."""
+
+    execution_id: str
+    step_type: str
+    from_execution_id: str
+    input: bytes | None
+    options: StepOptionsSpec | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CloseRequest:
+    """Close the Flow now with this status."""
+
+    status: Literal["completed", "failed"]
+    output: bytes | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionPlan:
+    """What one ``execute`` decision does.
+
+    Attributes:
+        new: executions to create.
+        cancel: live executions to cancel (never the ones in ``new``).
+        close: close the Flow now (force decisions).
+        graceful: the Flow should close once nothing is live.
+        completion_output: output recorded as a completion (``None``: no completion).
+        counters: per-Step-type counters after ``new``.
+
+    """
+
+    new: list[NewExecution] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)
+    close: CloseRequest | None = None
+    graceful: bool = False
+    completion_output: bytes | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def plan_movements(
+    movements: Iterable[Movement],
+    *,
+    from_execution_id: str,
+    step_types: set[str] | frozenset[str],
+    counters: dict[str, int],
+) -> tuple[list[NewExecution], dict[str, int]]:
+    """Turn movements into new executions, numbering them with per-type counters.
+
+    Raises:
+        InvalidDecisionError: a movement names an unknown Step type (nothing is planned).
+
+    """
+    movements = list(movements)
+    for m in movements:
+        if m.step_type not in step_types:
+            raise InvalidDecisionError(f"unknown Step type {m.step_type!r} in a movement")
+    counters = dict(counters)
+    new: list[NewExecution] = []
+    for m in movements:
+        n = counters.get(m.step_type, 0) + 1
+        counters[m.step_type] = n
+        new.append(
+            NewExecution(
+                execution_id=format_execution_id(m.step_type, n),
+                step_type=m.step_type,
+                from_execution_id=from_execution_id,
+                input=bytes(m.input) if m.input is not None else None,
+                options=m.options,
+            )
+        )
+    return new, counters
+
+
+def plan_step_cancellation(
+    *,
+    live: Sequence[LiveExecution],
+    current_id: str | None,
+    cancel_steps: Iterable[str],
+    cancel_sibling_steps: Iterable[str] = (),
+    from_execution_id: str = "",
+) -> list[str]:
+    """Ids of live executions that ``cancel_steps`` / ``cancel_sibling_steps`` cancel.
+
+    The current execution is never cancelled by its own decision.
+    """
+    types = set(cancel_steps)
+    siblings = set(cancel_sibling_steps)
+    out: list[str] = []
+    for e in live:
+        if e.execution_id == current_id:
+            continue
+        if e.step_type in types or (
+            e.step_type in siblings and e.from_execution_id == from_execution_id
+        ):
+            out.append(e.execution_id)
+    return out
+
+
+def plan_decision(
+    decision: DecisionSpec,
+    *,
+    current: LiveExecution,
+    live: Sequence[LiveExecution],
+    step_types: set[str] | frozenset[str],
+    counters: dict[str, int],
+) -> DecisionPlan:
+    """Plan the effects of an ``execute`` decision of execution ``current``.
+
+    ``live`` lists the other live executions (a snapshot before this decision).
+
+    Raises:
+        InvalidDecisionError: a movement or cancel target names an unknown Step type.
+
+    """
+    for name in (*decision.cancel_steps, *decision.cancel_sibling_steps):
+        if name not in step_types:
+            raise InvalidDecisionError(f"unknown Step type {name!r} to cancel")
+    cancel = plan_step_cancellation(
+        live=live,
+        current_id=current.execution_id,
+        cancel_steps=decision.cancel_steps,
+        cancel_sibling_steps=decision.cancel_sibling_steps,
+        from_execution_id=current.from_execution_id,
+    )
+    output = bytes(decision.output) if decision.output is not None else None
+    if decision.kind == "go_to":
+        new, counters = plan_movements(
+            decision.movements,
+            from_execution_id=current.execution_id,
+            step_types=step_types,
+            counters=counters,
+        )
+        return DecisionPlan(new=new, cancel=cancel, counters=counters)
+    if decision.kind == "graceful_complete":
+        return DecisionPlan(
+            cancel=cancel, graceful=True, completion_output=output, counters=counters
+        )
+    if decision.kind == "force_complete":
+        return DecisionPlan(
+            close=CloseRequest(status="completed", output=output),
+            completion_output=output,
+            counters=counters,
+        )
+    if decision.kind == "force_fail":
+        return DecisionPlan(
+            close=CloseRequest(
+                status="failed",
+                error_type="STEP_DECISION_FAILING_FLOW",
+                error_message=decision.reason or "the Flow was failed by a Step decision",
+            ),
+            counters=counters,
+        )
+    return DecisionPlan(cancel=cancel, counters=counters)  # dead_end

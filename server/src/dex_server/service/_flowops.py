@@ -1,0 +1,191 @@
+"""Transitions shared by every job: scheduling, matching, closing, history."""
+
+from __future__ import annotations
+
+import msgspec
+from dex._protocol import ConditionResultsWire, RecoveryErrorWire
+
+from dex_server.engine import NewExecution, WaitingExecution, match_waits
+from dex_server.engine import history as hist
+from dex_server.service._common import Effects, Limits, ReadyTask, SpecIndex, store_value
+from dex_server.service._tasks import build_step_task
+from dex_server.store import ExecRecord, FlowRecord, Tx
+
+
+def append_history(tx: Tx, flow: FlowRecord, type_: str, payload: bytes, now: float) -> None:
+    tx.history.append(flow.run_id, flow.next_event_id, now, type_, payload)
+    flow.next_event_id += 1
+
+
+def new_exec(
+    tx: Tx,
+    limits: Limits,
+    flow: FlowRecord,
+    idx: SpecIndex,
+    new: NewExecution,
+    now: float,
+    *,
+    recovery_error: RecoveryErrorWire | None = None,
+    input_blob: str | None = None,
+) -> ExecRecord:
+    e = ExecRecord(
+        run_id=flow.run_id,
+        execution_id=new.execution_id,
+        step_type=new.step_type,
+        from_execution_id=new.from_execution_id,
+        phase="wait_for" if idx.has_wait_for(new.step_type) else "execute",
+        options=new.options if new.options is not None else idx.options(new.step_type),
+        first_attempt_at=now,
+        recovery_error=recovery_error,
+        input_blob=input_blob,
+    )
+    if new.input is not None:
+        v = store_value(tx, limits, flow.run_id, new.input)
+        e.input, e.input_blob = v.value, v.blob
+    return e
+
+
+def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) -> None:
+    """Persist ``e`` and make it ready now, or arm a timer for ``not_before``."""
+    tx.executions.put(e)
+    if e.phase == "waiting":
+        return
+    if e.not_before > now:
+        tx.timers.add(flow.run_id, e.execution_id, e.not_before)
+        eff.timers.append((e.not_before, flow.run_id, e.execution_id))
+        return
+    opts = e.options
+    kind = "wait_for" if e.phase == "wait_for" else "execute"
+    eff.ready.append(
+        ReadyTask(
+            run_id=flow.run_id,
+            flow_id=flow.flow_id,
+            flow_type=flow.flow_type,
+            execution_id=e.execution_id,
+            kind=kind,
+            attempt=e.attempt,
+            locks=list(opts.wait_for_locks if kind == "wait_for" else opts.execute_locks),
+            timeout_s=opts.wait_for_timeout_s if kind == "wait_for" else opts.execute_timeout_s,
+            heartbeat_timeout_s=opts.heartbeat_timeout_s,
+            task=None,
+        )
+    )
+
+
+def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
+    """Snapshot tasks made ready by this job, after all its writes (pushed right away)."""
+    for r in eff.ready:
+        if r.run_id == flow.run_id and r.task is None and not r.locks:
+            e = tx.executions.get(flow.run_id, r.execution_id)
+            if e is not None:
+                r.task = build_step_task(tx, flow, e)
+                r.version = flow.version
+
+
+def run_matching(tx: Tx, flow: FlowRecord, now: float, eff: Effects) -> None:
+    """Wake every waiting execution of the run whose Wait is now satisfied."""
+    waiting = sorted(
+        (e for e in tx.executions.of_run(flow.run_id) if e.phase == "waiting" and e.wait),
+        key=lambda e: e.wait_seq,
+    )
+    if not waiting:
+        return
+    names = {
+        c.channel or ""
+        for e in waiting
+        for c in (e.wait.conditions if e.wait else [])
+        if c.kind == "channel"
+    }
+    queues = tx.channels.pending_ids(flow.run_id, names)
+    matches = match_waits(
+        [WaitingExecution(execution_id=e.execution_id, wait=e.wait) for e in waiting if e.wait],
+        queues,
+        now,
+    )
+    by_id = {e.execution_id: e for e in waiting}
+    for m in matches:
+        e = by_id[m.execution_id]
+        ids = [mid for group in m.consumed for mid in group]
+        taken = tx.channels.take(flow.run_id, ids)
+        flow.state_bytes -= sum(len(t.value) for t in taken.values())
+        e.condition_results = ConditionResultsWire(
+            timers_fired=m.timers_fired,
+            channel_values=[[taken[mid].value for mid in group] for group in m.consumed],
+            channel_names=m.channel_names,
+        )
+        e.phase = "execute"
+        e.attempt = 1
+        e.first_attempt_at = now
+        e.not_before = 0.0
+        e.wait = None
+        tx.timers.clear(flow.run_id, e.execution_id)
+        schedule(tx, flow, e, now, eff)
+
+
+def cancel_execs(tx: Tx, flow: FlowRecord, ids: list[str], eff: Effects) -> None:
+    for eid in ids:
+        tx.executions.delete(flow.run_id, eid)
+        tx.timers.clear(flow.run_id, eid)
+        eff.cancelled.append((flow.run_id, eid))
+
+
+def close_flow(
+    tx: Tx,
+    limits: Limits,
+    flow: FlowRecord,
+    status: str,
+    now: float,
+    eff: Effects,
+    *,
+    error_type: str | None = None,
+    error_message: str | None = None,
+) -> None:
+    live = [e.execution_id for e in tx.executions.of_run(flow.run_id)]
+    cancel_execs(tx, flow, live, eff)
+    tx.executions.delete_run(flow.run_id)
+    tx.timers.delete_run(flow.run_id)
+    flow.status = status  # type: ignore[assignment]
+    flow.closed_at = now
+    flow.retain_until = now + limits.retention_s
+    flow.error_type = error_type
+    flow.error_message = error_message
+    flow.closing = False
+    completions = [
+        {
+            "stepType": c.step_type,
+            "stepExecutionId": c.step_execution_id,
+            "output": c.output,
+        }
+        for c in flow.completions
+    ]
+    append_history(
+        tx,
+        flow,
+        hist.FLOW_CLOSED,
+        hist.flow_closed(
+            status=status,
+            error_type=error_type,
+            error_message=error_message,
+            completions=completions,
+        ),
+        now,
+    )
+    eff.closed.append((flow.flow_id, flow.run_id))
+
+
+def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Effects) -> None:
+    if flow.status == "running" and flow.closing and not tx.executions.of_run(flow.run_id):
+        close_flow(tx, limits, flow, "completed", now, eff)
+
+
+def finish(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
+    """Bump the run's version, persist it and snapshot tasks made ready."""
+    flow.version += 1
+    tx.flows.update(flow)
+    eff.versions[flow.run_id] = flow.version
+    if flow.status == "running":
+        prebuild(tx, flow, eff)
+
+
+def raw(b: bytes | None) -> msgspec.Raw | None:
+    return msgspec.Raw(b) if b is not None else None

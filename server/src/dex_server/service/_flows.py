@@ -1,0 +1,409 @@
+"""Jobs of the client API: start, stop, RPC snapshot and commit, reads, retention."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from dex._protocol import (
+    ActiveStepWire,
+    ErrorCode,
+    FlowInfoWire,
+    FlowResultWire,
+    FlowSpec,
+    FlowStateWire,
+    HistoryEventWire,
+    HistoryPage,
+    InvokeRpcRequest,
+    Movement,
+    StartFlowRequest,
+    StopFlowRequest,
+    Task,
+    TaskResult,
+)
+
+from dex_server.engine import (
+    InvalidDecisionError,
+    LiveExecution,
+    NewExecution,
+    plan_movements,
+    plan_step_cancellation,
+)
+from dex_server.engine import history as hist
+from dex_server.engine.ids import new_uuid7
+from dex_server.service._common import (
+    Effects,
+    LimitError,
+    Limits,
+    ServiceError,
+    SpecIndex,
+    Specs,
+    history_value,
+    store_value,
+)
+from dex_server.service._flowops import (
+    append_history,
+    cancel_execs,
+    check_graceful,
+    close_flow,
+    finish,
+    new_exec,
+    run_matching,
+    schedule,
+)
+from dex_server.service._steps import apply_effects, check_result_limits
+from dex_server.service._tasks import build_rpc_task
+from dex_server.store import FlowRecord, Tx
+
+_STOP_STATUS = {"cancel": "canceled", "terminate": "terminated", "fail": "failed"}
+
+
+def _is_empty(spec: FlowSpec) -> bool:
+    return not (spec.steps or spec.rpcs or spec.state or spec.start_step)
+
+
+def resolve_spec(tx: Tx, specs: Specs, flow_type: str, spec: FlowSpec) -> SpecIndex:
+    if spec.flow_type != flow_type:
+        raise ServiceError(
+            ErrorCode.UNKNOWN_FLOW_TYPE,
+            f"the request's spec defines Flow type {spec.flow_type!r}, not {flow_type!r}",
+        )
+    if _is_empty(spec):
+        idx = specs.get(flow_type)
+        if idx is None:
+            raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
+        return idx
+    if spec.start_step is not None and spec.start_step not in {s.step_type for s in spec.steps}:
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST, f"start Step {spec.start_step!r} is not a Step of the Flow"
+        )
+    return specs.put(spec)
+
+
+def start_flow(
+    tx: Tx, limits: Limits, specs: Specs, req: StartFlowRequest, now: float
+) -> tuple[str, Effects]:
+    """Start a run; returns its run id (or the existing one for an idempotent retry)."""
+    eff = Effects()
+    if not req.flow_id:
+        raise ServiceError(ErrorCode.BAD_REQUEST, "flow_id must not be empty")
+    idx = resolve_spec(tx, specs, req.flow_type, req.spec)
+    if not _is_empty(req.spec):
+        tx.specs.upsert(req.spec, now)
+    limits.check_value(raw(req.input), "Flow input")
+    for a in req.initial_attributes:
+        limits.check_value(bytes(a.value), f"initial Attribute {a.name!r}")
+    prev = tx.flows.latest(req.flow_id)
+    if prev is not None:
+        if req.request_id and prev.request_id == req.request_id:
+            return prev.run_id, eff
+        running = prev.status == "running"
+        policy = req.id_reuse_policy
+        if running and policy == "allow_terminate_if_running":
+            close_flow(
+                tx,
+                limits,
+                prev,
+                "terminated",
+                now,
+                eff,
+                error_message="terminated by a new run (allow_terminate_if_running)",
+            )
+            finish(tx, prev, eff)
+        elif (
+            running
+            or policy == "disallow"
+            or (policy == "allow_if_previous_failed" and prev.status == "completed")
+        ):
+            raise ServiceError(
+                ErrorCode.FLOW_ALREADY_STARTED,
+                f"Flow {req.flow_id!r} already has a {prev.status} run {prev.run_id}"
+                f" (id_reuse_policy={policy})",
+                flow_id=req.flow_id,
+            )
+    flow = FlowRecord(
+        run_id=new_uuid7(),
+        flow_id=req.flow_id,
+        flow_type=req.flow_type,
+        started_at=now,
+        request_id=req.request_id,
+        input=req.input,
+    )
+    initial: dict[str, msgspec.Raw] = {}
+    for a in req.initial_attributes:
+        stored = store_value(tx, limits, flow.run_id, bytes(a.value))
+        flow.state_bytes += tx.state.write(flow.run_id, a.name, stored)
+        initial[a.name] = history_value(stored) or a.value
+    if flow.state_bytes > limits.max_flow_state_bytes:
+        raise LimitError(
+            "max_flow_state_bytes",
+            flow.state_bytes,
+            limits.max_flow_state_bytes,
+            "initial Flow state",
+        )
+    tx.flows.insert(flow)
+    append_history(
+        tx,
+        flow,
+        hist.FLOW_STARTED,
+        hist.flow_started(
+            flow_type=flow.flow_type,
+            start_step_type=idx.spec.start_step,
+            input=req.input,
+            initial_attributes=initial,
+            request_id=req.request_id,
+        ),
+        now,
+    )
+    start = idx.spec.start_step
+    if start is not None:
+        flow.counters = {start: 1}
+        e = new_exec(
+            tx,
+            limits,
+            flow,
+            idx,
+            NewExecution(
+                execution_id=f"{start}-1",
+                step_type=start,
+                from_execution_id="__start__",
+                input=bytes(req.input) if req.input is not None else None,
+                options=None,
+            ),
+            now,
+        )
+        if req.start_delay_s:
+            e.not_before = now + req.start_delay_s
+        schedule(tx, flow, e, now, eff)
+    finish(tx, flow, eff)
+    return flow.run_id, eff
+
+
+def raw(v: msgspec.Raw | None) -> bytes | None:
+    return bytes(v) if v is not None else None
+
+
+def require_flow(tx: Tx, flow_id: str, run_id: str = "") -> FlowRecord:
+    flow = tx.flows.get(run_id) if run_id else tx.flows.latest(flow_id)
+    if flow is None or flow.flow_id != flow_id:
+        raise ServiceError(ErrorCode.FLOW_NOT_FOUND, f"Flow {flow_id!r} not found", flow_id=flow_id)
+    return flow
+
+
+def stop_flow(tx: Tx, limits: Limits, flow_id: str, req: StopFlowRequest, now: float) -> Effects:
+    eff = Effects()
+    flow = tx.flows.latest(flow_id)
+    if flow is None or flow.status != "running":
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} is not running", flow_id=flow_id
+        )
+    error_type = "CLIENT_API_FAILING_FLOW" if req.type == "fail" else None
+    close_flow(
+        tx,
+        limits,
+        flow,
+        _STOP_STATUS[req.type],
+        now,
+        eff,
+        error_type=error_type,
+        error_message=req.reason,
+    )
+    finish(tx, flow, eff)
+    return eff
+
+
+def info(flow: FlowRecord) -> FlowInfoWire:
+    return FlowInfoWire(
+        flow_id=flow.flow_id,
+        run_id=flow.run_id,
+        flow_type=flow.flow_type,
+        status=flow.status,
+        started_at=flow.started_at,
+        closed_at=flow.closed_at,
+    )
+
+
+def describe(tx: Tx, flow_id: str) -> FlowInfoWire:
+    return info(require_flow(tx, flow_id))
+
+
+def result_of(tx: Tx, flow_id: str) -> FlowResultWire:
+    flow = require_flow(tx, flow_id)
+    return FlowResultWire(
+        status=flow.status,
+        error_type=flow.error_type,
+        error_message=flow.error_message,
+        completions=list(flow.completions),
+    )
+
+
+def state_of(tx: Tx, flow_id: str, running: dict[tuple[str, str], str]) -> FlowStateWire:
+    flow = require_flow(tx, flow_id)
+    active = []
+    for e in sorted(tx.executions.of_run(flow.run_id), key=lambda x: x.execution_id):
+        phase = {"wait_for": "queued_wait_for", "execute": "queued_execute"}.get(e.phase, e.phase)
+        if (flow.run_id, e.execution_id) in running:
+            phase = phase.replace("queued_", "running_")
+        active.append(
+            ActiveStepWire(
+                step_execution_id=e.execution_id,
+                step_type=e.step_type,
+                from_step_execution_id=e.from_execution_id,
+                phase=phase,
+                attempt=e.attempt,
+                last_failure=e.last_failure,
+            )
+        )
+    return FlowStateWire(
+        info=info(flow),
+        active_steps=active,
+        channel_sizes=tx.channels.sizes(flow.run_id),
+        attribute_names=tx.state.names(flow.run_id),
+    )
+
+
+def history_page(tx: Tx, flow_id: str, run_id: str, page_size: int, token: str) -> HistoryPage:
+    flow = require_flow(tx, flow_id, run_id)
+    try:
+        after = int(token) if token else 0
+    except ValueError:
+        raise ServiceError(ErrorCode.BAD_REQUEST, f"bad page_token {token!r}") from None
+    rows = tx.history.page(flow.run_id, after, page_size + 1)
+    events = [
+        HistoryEventWire(event_id=i, event_time=t, type=ty, payload=msgspec.Raw(p))
+        for i, t, ty, p in rows[:page_size]
+    ]
+    nxt = str(events[-1].event_id) if len(rows) > page_size and events else None
+    return HistoryPage(flow_id=flow_id, run_id=flow.run_id, events=events, next_page_token=nxt)
+
+
+def rpc_snapshot(
+    tx: Tx, specs: Specs, flow_id: str, req: InvokeRpcRequest
+) -> tuple[FlowRecord, Task, bool, list[str], float]:
+    """Return (flow, task, transactional, locks, timeout) for an RPC call."""
+    flow = tx.flows.get(req.run_id) if req.run_id else tx.flows.latest(flow_id)
+    if flow is None or flow.flow_id != flow_id:
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} not found", flow_id=flow_id
+        )
+    idx = specs.require(flow.flow_type)
+    rpc = idx.rpcs.get(req.rpc_name)
+    if rpc is None:
+        raise ServiceError(
+            ErrorCode.UNKNOWN_RPC,
+            f"Flow type {flow.flow_type!r} has no RPC {req.rpc_name!r}",
+            flow_id=flow_id,
+        )
+    locks = [*rpc.locks, *req.extra_locks]
+    transactional = rpc.is_transactional or bool(locks)
+    if transactional and flow.status != "running":
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} is not running", flow_id=flow_id
+        )
+    task = build_rpc_task(tx, flow, idx, req.rpc_name, raw(req.input), req.extra_loads)
+    timeout = min(rpc.timeout_s, req.timeout_s or rpc.timeout_s, 60.0)
+    return flow, task, transactional, locks, timeout
+
+
+def has_effects(r: TaskResult) -> bool:
+    return bool(
+        r.attribute_writes
+        or r.publishes
+        or r.channel_deletes
+        or r.rpc_movements
+        or r.rpc_cancel_steps
+    )
+
+
+def rpc_commit(
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    run_id: str,
+    req: InvokeRpcRequest,
+    result: TaskResult,
+    transactional: bool,
+    now: float,
+) -> Effects:
+    eff = Effects()
+    flow = tx.flows.get(run_id)
+    if flow is None or flow.status != "running":
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, "the Flow is not running; the RPC's effects were not applied"
+        )
+    idx = specs.require(flow.flow_type)
+    check_result_limits(tx, limits, flow, result)
+    if transactional:
+        for d in result.channel_deletes:
+            if d.message_id not in tx.channels.pending_ids(run_id, [d.channel]).get(d.channel, []):
+                raise ServiceError(
+                    ErrorCode.CHANNEL_MESSAGE_NOT_FOUND,
+                    f"message {d.message_id!r} is not pending in Channel {d.channel!r}",
+                )
+    try:
+        new, counters = plan_movements(
+            result.rpc_movements,
+            from_execution_id=f"__rpc/{req.rpc_name}",
+            step_types=idx.step_types,
+            counters=flow.counters,
+        )
+        for name in result.rpc_cancel_steps:
+            if name not in idx.step_types:
+                raise InvalidDecisionError(f"unknown Step type {name!r} to cancel")
+    except InvalidDecisionError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
+    published = apply_effects(tx, limits, flow, result, now)
+    live = [
+        LiveExecution(
+            execution_id=e.execution_id,
+            step_type=e.step_type,
+            from_execution_id=e.from_execution_id,
+        )
+        for e in tx.executions.of_run(run_id)
+    ]
+    cancel_execs(
+        tx,
+        flow,
+        plan_step_cancellation(live=live, current_id=None, cancel_steps=result.rpc_cancel_steps),
+        eff,
+    )
+    flow.counters = counters
+    for n in new:
+        schedule(tx, flow, new_exec(tx, limits, flow, idx, n, now), now, eff)
+    output: dict[str, Any] = {
+        "output": result.rpc_output,
+        "attributeWrites": dict(result.attribute_writes),
+        "publishes": [{"channel": p.channel, "value": p.value} for p in result.publishes],
+        "movements": [_movement(m) for m in result.rpc_movements],
+        "cancelSteps": list(result.rpc_cancel_steps),
+    }
+    append_history(
+        tx,
+        flow,
+        hist.RPC_EXECUTION_COMPLETED,
+        hist.rpc_completed(rpc_name=req.rpc_name, input=req.input, output=output),
+        now,
+    )
+    if published:
+        run_matching(tx, flow, now, eff)
+    check_graceful(tx, limits, flow, now, eff)
+    finish(tx, flow, eff)
+    return eff
+
+
+def _movement(m: Movement) -> dict[str, Any]:
+    return {"stepType": m.step_type, "input": m.input}
+
+
+def sweep(tx: Tx, now: float, limit: int = 200) -> list[str]:
+    """Delete closed runs past their retention with their state, history and blobs."""
+    runs = tx.flows.due_for_deletion(now, limit)
+    for run_id in runs:
+        tx.state.delete_run(run_id)
+        tx.channels.delete_run(run_id)
+        tx.executions.delete_run(run_id)
+        tx.timers.delete_run(run_id)
+        tx.history.delete_run(run_id)
+        tx.blobs.release_run(run_id)
+        tx.flows.delete(run_id)
+    return runs

@@ -1,0 +1,437 @@
+"""Jobs of Step methods: results, failures, durable starts, timers, restart recovery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+from dex._protocol import (
+    CompletionWire,
+    ErrorCode,
+    ErrorInfo,
+    RecoveryErrorWire,
+    TaskResult,
+)
+
+from dex_server.engine import (
+    InvalidDecisionError,
+    LiveExecution,
+    NewExecution,
+    decide_retry,
+    plan_decision,
+    resolve_timers,
+)
+from dex_server.engine import history as hist
+from dex_server.engine.ids import new_uuid7
+from dex_server.service._common import Effects, LimitError, Limits, ServiceError, Specs, store_value
+from dex_server.service._flowops import (
+    append_history,
+    cancel_execs,
+    check_graceful,
+    close_flow,
+    finish,
+    new_exec,
+    run_matching,
+    schedule,
+)
+from dex_server.store import ExecRecord, FlowRecord, Tx
+
+INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptRef:
+    """Which attempt a Worker frame belongs to."""
+
+    run_id: str
+    execution_id: str
+    kind: Literal["wait_for", "execute"]
+    attempt: int
+    started_at: float
+
+
+def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
+    flow = tx.flows.get(ref.run_id)
+    if flow is None or flow.status != "running":
+        return None
+    e = tx.executions.get(ref.run_id, ref.execution_id)
+    want = "wait_for" if ref.kind == "wait_for" else "execute"
+    if e is None or e.attempt != ref.attempt or e.phase != want:
+        return None
+    return flow, e
+
+
+def _context(e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
+    return {
+        "step_type": e.step_type,
+        "execution_id": e.execution_id,
+        "from_execution_id": e.from_execution_id,
+        "final_attempt": e.attempt,
+        "started_time": ref.started_at,
+        "duration": max(0.0, now - ref.started_at),
+    }
+
+
+def check_result_limits(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult) -> int:
+    """Validate value sizes and the Flow state budget; return the state byte delta."""
+    for name, v in result.attribute_writes.items():
+        limits.check_value(raw_bytes(v), f"Attribute {name!r}")
+    for p in result.publishes:
+        limits.check_value(bytes(p.value), f"message to Channel {p.channel!r}")
+    movements = list(result.rpc_movements)
+    if result.decision is not None:
+        movements += result.decision.movements
+        limits.check_value(raw_bytes(result.decision.output), "Flow output")
+    for m in movements:
+        limits.check_value(raw_bytes(m.input), f"input of Step {m.step_type!r}")
+    limits.check_value(raw_bytes(result.rpc_output), "RPC output")
+    old = tx.state.of_names(flow.run_id, list(result.attribute_writes))
+    delta = sum(len(raw_bytes(v) or b"") for v in result.attribute_writes.values())
+    delta -= sum(v.size for v in old.values())
+    delta += sum(len(p.value) for p in result.publishes)
+    if delta > 0 and flow.state_bytes + delta > limits.max_flow_state_bytes:
+        raise LimitError(
+            "max_flow_state_bytes",
+            flow.state_bytes + delta,
+            limits.max_flow_state_bytes,
+            "Flow state",
+        )
+    return delta
+
+
+def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
+    """Bytes of a raw value; ``None`` for an absent value or JSON ``null``."""
+    if v is None:
+        return None
+    b = bytes(v)
+    return None if b == b"null" else b
+
+
+def apply_effects(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult, now: float) -> bool:
+    """Write Attributes, delete and publish messages. Return whether anything was published."""
+    for name, v in result.attribute_writes.items():
+        b = raw_bytes(v)
+        stored = store_value(tx, limits, flow.run_id, b) if b is not None else None
+        flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+    for d in result.channel_deletes:
+        size = tx.channels.delete(flow.run_id, d.channel, d.message_id)
+        if size is not None:
+            flow.state_bytes -= size
+    for p in result.publishes:
+        tx.channels.publish(flow.run_id, p.channel, new_uuid7(), bytes(p.value))
+        flow.state_bytes += len(p.value)
+    return bool(result.publishes)
+
+
+def _effects_output(result: TaskResult) -> dict[str, Any]:
+    return {
+        "attributeWrites": dict(result.attribute_writes),
+        "publishes": [{"channel": p.channel, "value": p.value} for p in result.publishes],
+        "events": [{"name": ev.name, "value": ev.value} for ev in result.events],
+        "locals": dict(result.locals),
+    }
+
+
+def apply_step_result(
+    tx: Tx, limits: Limits, specs: Specs, ref: AttemptRef, result: TaskResult, now: float
+) -> Effects:
+    eff = Effects()
+    loaded = _load(tx, ref)
+    if loaded is None:
+        return eff
+    flow, e = loaded
+    if result.error is not None:
+        fail_attempt(tx, limits, specs, flow, e, ref, result.error, now, eff)
+        finish(tx, flow, eff)
+        return eff
+    idx = specs.require(flow.flow_type)
+    try:
+        if ref.kind == "wait_for" and result.wait is None:
+            raise InvalidDecisionError("a wait_for result must carry a Wait")
+        if ref.kind == "execute" and result.decision is None:
+            raise InvalidDecisionError("an execute result must carry a decision")
+        check_result_limits(tx, limits, flow, result)
+        plan = None
+        if result.decision is not None:
+            live = [
+                LiveExecution(
+                    execution_id=x.execution_id,
+                    step_type=x.step_type,
+                    from_execution_id=x.from_execution_id,
+                )
+                for x in tx.executions.of_run(flow.run_id)
+                if x.execution_id != e.execution_id
+            ]
+            plan = plan_decision(
+                result.decision,
+                current=LiveExecution(
+                    execution_id=e.execution_id,
+                    step_type=e.step_type,
+                    from_execution_id=e.from_execution_id,
+                ),
+                live=live,
+                step_types=idx.step_types,
+                counters=flow.counters,
+            )
+    except (InvalidDecisionError, LimitError) as exc:
+        code = (
+            INVALID_USER_FLOW_CODE
+            if isinstance(exc, InvalidDecisionError)
+            else ErrorCode.LIMIT_EXCEEDED
+        )
+        err = ErrorInfo(error_type=code, message=str(exc), non_retryable=True)
+        fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
+        finish(tx, flow, eff)
+        return eff
+    published = apply_effects(tx, limits, flow, result, now)
+    output = _effects_output(result)
+    inp: dict[str, Any] = {"stepInput": e.input, "locals": dict(e.locals)}
+    e.locals.update(result.locals)
+    if ref.kind == "wait_for":
+        assert result.wait is not None
+        wait = resolve_timers(result.wait, now)
+        output["wait"] = wait
+        append_history(
+            tx,
+            flow,
+            hist.STEP_WAIT_FOR_COMPLETED,
+            hist.step_event(**_context(e, ref, now), input=inp, output=output),
+            now,
+        )
+        e.attempt, e.first_attempt_at, e.last_failure, e.started_attempt = 1, now, None, 0
+        e.last_heartbeat_value = None
+        if wait.mode == "skip" or not wait.conditions:
+            e.phase = "execute"
+            schedule(tx, flow, e, now, eff)
+        else:
+            flow.wait_seq += 1
+            e.phase, e.wait, e.wait_seq = "waiting", wait, flow.wait_seq
+            tx.executions.put(e)
+            for c in wait.conditions:
+                if c.kind == "timer" and c.fire_at is not None:
+                    tx.timers.add(flow.run_id, e.execution_id, c.fire_at)
+                    eff.timers.append((c.fire_at, flow.run_id, e.execution_id))
+            published = True
+    else:
+        assert plan is not None and result.decision is not None
+        inp["conditionResults"] = e.condition_results
+        output["decision"] = result.decision
+        append_history(
+            tx,
+            flow,
+            hist.STEP_EXECUTE_COMPLETED,
+            hist.step_event(**_context(e, ref, now), input=inp, output=output),
+            now,
+        )
+        tx.executions.delete(flow.run_id, e.execution_id)
+        tx.timers.clear(flow.run_id, e.execution_id)
+        flow.counters = plan.counters
+        if result.decision.kind in ("graceful_complete", "force_complete") and (
+            plan.completion_output is not None
+        ):
+            flow.completions.append(
+                CompletionWire(
+                    step_type=e.step_type,
+                    step_execution_id=e.execution_id,
+                    output=msgspec.Raw(plan.completion_output),
+                )
+            )
+        cancel_execs(tx, flow, plan.cancel, eff)
+        idx = specs.require(flow.flow_type)
+        for n in plan.new:
+            schedule(tx, flow, new_exec(tx, limits, flow, idx, n, now), now, eff)
+        if plan.close is not None:
+            close_flow(
+                tx,
+                limits,
+                flow,
+                plan.close.status,
+                now,
+                eff,
+                error_type=plan.close.error_type,
+                error_message=plan.close.error_message,
+            )
+        elif plan.graceful:
+            flow.closing = True
+    if published and flow.status == "running":
+        run_matching(tx, flow, now, eff)
+    check_graceful(tx, limits, flow, now, eff)
+    finish(tx, flow, eff)
+    return eff
+
+
+def fail_attempt(
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    flow: FlowRecord,
+    e: ExecRecord,
+    ref: AttemptRef,
+    error: ErrorInfo,
+    now: float,
+    eff: Effects,
+    heartbeat_value: msgspec.Raw | None = None,
+) -> None:
+    """Retry the attempt, or follow the failure route, or fail the Flow."""
+    kind = ref.kind
+    policy = e.options.wait_for_retry if kind == "wait_for" else e.options.execute_retry
+    outcome = decide_retry(
+        policy, attempt=e.attempt, first_attempt_at=e.first_attempt_at, now=now, error=error
+    )
+    if heartbeat_value is not None:
+        e.last_heartbeat_value = heartbeat_value
+    if outcome.retry:
+        e.attempt += 1
+        e.last_failure = error
+        e.not_before = now + outcome.delay_s
+        schedule(tx, flow, e, now, eff)
+        return
+    failure = {
+        "failure": {
+            "errorType": error.error_type,
+            "message": error.message,
+            "attempt": e.attempt,
+            "lastFailure": e.last_failure,
+        }
+    }
+    append_history(
+        tx,
+        flow,
+        hist.STEP_WAIT_FOR_FAILED if kind == "wait_for" else hist.STEP_EXECUTE_FAILED,
+        hist.step_event(**_context(e, ref, now), input={"stepInput": e.input}, output=failure),
+        now,
+    )
+    recovery = RecoveryErrorWire(detail=error.message, error_type=error.error_type)
+    idx = specs.require(flow.flow_type)
+    if kind == "wait_for" and e.options.wait_for_failure_proceed:
+        e.phase, e.attempt, e.first_attempt_at = "execute", 1, now
+        e.wait_for_failed, e.recovery_error, e.not_before = True, recovery, 0.0
+        schedule(tx, flow, e, now, eff)
+        return
+    route = e.options.execute_failure_step if kind == "execute" else None
+    if route is not None and route in idx.step_types:
+        tx.executions.delete(flow.run_id, e.execution_id)
+        tx.timers.clear(flow.run_id, e.execution_id)
+        n = flow.counters.get(route, 0) + 1
+        flow.counters = {**flow.counters, route: n}
+        new = NewExecution(
+            execution_id=f"{route}-{n}",
+            step_type=route,
+            from_execution_id=e.execution_id,
+            input=None,
+            options=e.options.execute_failure_options,
+        )
+        rec = new_exec(tx, limits, flow, idx, new, now, recovery_error=recovery)
+        rec.input, rec.input_blob = e.input, e.input_blob
+        schedule(tx, flow, rec, now, eff)
+        check_graceful(tx, limits, flow, now, eff)
+        return
+    error_type = (
+        INVALID_USER_FLOW_CODE if error.error_type == INVALID_USER_FLOW_CODE else "WORKER_API_FAIL"
+    )
+    close_flow(
+        tx,
+        limits,
+        flow,
+        "failed",
+        now,
+        eff,
+        error_type=error_type,
+        error_message=f"{e.execution_id} {kind} failed: {error.error_type}: {error.message}",
+    )
+
+
+def fail_step_attempt(
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    ref: AttemptRef,
+    error: ErrorInfo,
+    now: float,
+    heartbeat_value: msgspec.Raw | None = None,
+) -> Effects:
+    eff = Effects()
+    loaded = _load(tx, ref)
+    if loaded is None:
+        return eff
+    flow, e = loaded
+    fail_attempt(tx, limits, specs, flow, e, ref, error, now, eff, heartbeat_value)
+    finish(tx, flow, eff)
+    return eff
+
+
+def mark_started(tx: Tx, ref: AttemptRef, heartbeat_value: msgspec.Raw | None) -> bool:
+    """Durably record that ``ref``'s attempt started (no redelivery after this)."""
+    loaded = _load(tx, ref)
+    if loaded is None:
+        return False
+    _, e = loaded
+    e.started_attempt = e.attempt
+    if heartbeat_value is not None:
+        e.last_heartbeat_value = heartbeat_value
+    tx.executions.put(e)
+    return True
+
+
+def fire_timer(
+    tx: Tx, limits: Limits, specs: Specs, run_id: str, execution_id: str, now: float
+) -> Effects:
+    eff = Effects()
+    flow = tx.flows.get(run_id)
+    if flow is None or flow.status != "running":
+        return eff
+    e = tx.executions.get(run_id, execution_id)
+    if e is None:
+        return eff
+    if e.phase == "waiting":
+        run_matching(tx, flow, now, eff)
+    elif e.not_before <= now:
+        tx.timers.clear(run_id, execution_id)
+        e.not_before = 0.0
+        schedule(tx, flow, e, now, eff)
+    finish(tx, flow, eff)
+    return eff
+
+
+def recover(tx: Tx, limits: Limits, specs: Specs, now: float) -> Effects:
+    """After a restart: redeliver in-flight attempts, or fail those durably started."""
+    eff = Effects()
+    for flow in tx.flows.running():
+        for e in tx.executions.of_run(flow.run_id):
+            if e.phase == "waiting":
+                continue
+            kind: Literal["wait_for", "execute"] = (
+                "wait_for" if e.phase == "wait_for" else "execute"
+            )
+            if e.started_attempt and e.started_attempt == e.attempt:
+                ref = AttemptRef(
+                    run_id=flow.run_id,
+                    execution_id=e.execution_id,
+                    kind=kind,
+                    attempt=e.attempt,
+                    started_at=now,
+                )
+                err = ErrorInfo(
+                    error_type="SERVER_RESTARTED",
+                    message="the server restarted while a durably started attempt ran",
+                )
+                fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
+            else:
+                schedule(tx, flow, e, now, eff)
+        if flow.status == "running":
+            run_matching(tx, flow, now, eff)
+            check_graceful(tx, limits, flow, now, eff)
+        finish(tx, flow, eff)
+    return eff
+
+
+__all__ = [
+    "AttemptRef",
+    "ServiceError",
+    "apply_step_result",
+    "fail_step_attempt",
+    "fire_timer",
+    "mark_started",
+    "recover",
+]

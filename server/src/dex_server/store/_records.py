@@ -1,0 +1,88 @@
+"""Durable records of the store (encoded as JSON; user values stay raw JSON)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from dex._protocol import (
+    OptionalRaw,
+    CompletionWire,
+    ConditionResultsWire,
+    ErrorInfo,
+    RecoveryErrorWire,
+    StepOptionsSpec,
+    WaitSpec,
+)
+from msgspec import Struct
+
+FlowStatus = Literal["running", "completed", "failed", "canceled", "terminated"]
+Phase = Literal["wait_for", "waiting", "execute"]
+
+
+class FlowRecord(Struct, kw_only=True, omit_defaults=True):
+    """One run of a Flow execution."""
+
+    run_id: str
+    flow_id: str
+    flow_type: str
+    status: FlowStatus = "running"
+    started_at: float
+    closed_at: float | None = None
+    retain_until: float | None = None
+    request_id: str = ""
+    input: OptionalRaw = None
+    counters: dict[str, int] = {}
+    completions: list[CompletionWire] = []
+    closing: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+    next_event_id: int = 1
+    state_bytes: int = 0
+    version: int = 0
+    wait_seq: int = 0
+
+
+class ExecRecord(Struct, kw_only=True, omit_defaults=True):
+    """One live Step execution (queued, running or waiting); deleted when it ends."""
+
+    run_id: str
+    execution_id: str
+    step_type: str
+    from_execution_id: str
+    phase: Phase
+    options: StepOptionsSpec
+    first_attempt_at: float
+    input: OptionalRaw = None
+    input_blob: str | None = None
+    attempt: int = 1
+    not_before: float = 0.0
+    wait: WaitSpec | None = None
+    wait_seq: int = 0
+    locals: dict[str, msgspec.Raw] = {}
+    last_heartbeat_value: OptionalRaw = None
+    last_failure: ErrorInfo | None = None
+    recovery_error: RecoveryErrorWire | None = None
+    wait_for_failed: bool = False
+    condition_results: ConditionResultsWire | None = None
+    started_attempt: int = 0
+
+
+class StoredValue(Struct, kw_only=True):
+    """A stored value: inline JSON or a blob hash."""
+
+    value: OptionalRaw = None
+    blob: str | None = None
+    size: int = 0
+
+
+class PendingMessage(Struct, kw_only=True):
+    seq: int
+    channel: str
+    message_id: str
+    value: msgspec.Raw
+
+
+record_encoder = msgspec.json.Encoder()
+flow_decoder = msgspec.json.Decoder(FlowRecord)
+exec_decoder = msgspec.json.Decoder(ExecRecord)

@@ -1,0 +1,7 @@
+"""SQLite dialect of the store."""
+
+from __future__ import annotations
+
+from dex_server.store.sqlite._store import SqliteStore, apply_migrations
+
+__all__ = ["SqliteStore", "apply_migrations"]

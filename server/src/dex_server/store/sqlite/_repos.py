@@ -1,0 +1,383 @@
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+import msgspec
+from dex._protocol import FlowSpec
+
+from dex_server.store._records import (
+    ExecRecord,
+    FlowRecord,
+    PendingMessage,
+    StoredValue,
+    exec_decoder,
+    flow_decoder,
+    record_encoder,
+)
+
+_spec_decoder = msgspec.json.Decoder(FlowSpec)
+
+
+def _map_of(name: str) -> str | None:
+    head, sep, _ = name.partition("/")
+    return head if sep else None
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class SqliteFlows:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def insert(self, flow: FlowRecord) -> None:
+        self.c.execute(
+            "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
+            " data) VALUES (?,?,?,?,?,?,?)",
+            (
+                flow.run_id,
+                flow.flow_id,
+                flow.flow_type,
+                flow.status,
+                flow.request_id,
+                flow.retain_until,
+                record_encoder.encode(flow),
+            ),
+        )
+
+    def update(self, flow: FlowRecord) -> None:
+        self.c.execute(
+            "UPDATE flows SET status=?, retain_until=?, data=? WHERE run_id=?",
+            (flow.status, flow.retain_until, record_encoder.encode(flow), flow.run_id),
+        )
+
+    def get(self, run_id: str) -> FlowRecord | None:
+        row = self.c.execute("SELECT data FROM flows WHERE run_id=?", (run_id,)).fetchone()
+        return flow_decoder.decode(row[0]) if row else None
+
+    def latest(self, flow_id: str) -> FlowRecord | None:
+        row = self.c.execute(
+            "SELECT data FROM flows WHERE flow_id=? ORDER BY run_id DESC LIMIT 1", (flow_id,)
+        ).fetchone()
+        return flow_decoder.decode(row[0]) if row else None
+
+    def page(
+        self, *, flow_type: str | None, status: str | None, limit: int, before_run_id: str | None
+    ) -> list[FlowRecord]:
+        sql = "SELECT data FROM flows WHERE 1=1"
+        args: list[object] = []
+        if flow_type:
+            sql += " AND flow_type=?"
+            args.append(flow_type)
+        if status:
+            sql += " AND status=?"
+            args.append(status)
+        if before_run_id:
+            sql += " AND run_id<?"
+            args.append(before_run_id)
+        sql += " ORDER BY run_id DESC LIMIT ?"
+        args.append(limit)
+        return [flow_decoder.decode(r[0]) for r in self.c.execute(sql, args)]
+
+    def running(self) -> list[FlowRecord]:
+        rows = self.c.execute("SELECT data FROM flows WHERE status='running'")
+        return [flow_decoder.decode(r[0]) for r in rows]
+
+    def due_for_deletion(self, now: float, limit: int) -> list[str]:
+        rows = self.c.execute(
+            "SELECT run_id FROM flows WHERE retain_until IS NOT NULL AND retain_until<=?"
+            " ORDER BY retain_until LIMIT ?",
+            (now, limit),
+        )
+        return [r[0] for r in rows]
+
+    def delete(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM flows WHERE run_id=?", (run_id,))
+
+
+class SqliteSpecs:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def upsert(self, spec: FlowSpec, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO specs (flow_type, spec, updated_at) VALUES (?,?,?) ON CONFLICT"
+            " (flow_type) DO UPDATE SET spec=excluded.spec, updated_at=excluded.updated_at",
+            (spec.flow_type, record_encoder.encode(spec), now),
+        )
+
+    def all(self) -> list[FlowSpec]:
+        return [_spec_decoder.decode(r[0]) for r in self.c.execute("SELECT spec FROM specs")]
+
+
+class SqliteExecutions:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def put(self, e: ExecRecord) -> None:
+        self.c.execute(
+            "INSERT OR REPLACE INTO executions (run_id, execution_id, phase, data)"
+            " VALUES (?,?,?,?)",
+            (e.run_id, e.execution_id, e.phase, record_encoder.encode(e)),
+        )
+
+    def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
+        row = self.c.execute(
+            "SELECT data FROM executions WHERE run_id=? AND execution_id=?",
+            (run_id, execution_id),
+        ).fetchone()
+        return exec_decoder.decode(row[0]) if row else None
+
+    def delete(self, run_id: str, execution_id: str) -> None:
+        self.c.execute(
+            "DELETE FROM executions WHERE run_id=? AND execution_id=?", (run_id, execution_id)
+        )
+
+    def of_run(self, run_id: str) -> list[ExecRecord]:
+        rows = self.c.execute("SELECT data FROM executions WHERE run_id=?", (run_id,))
+        return [exec_decoder.decode(r[0]) for r in rows]
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM executions WHERE run_id=?", (run_id,))
+
+
+class SqliteState:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    @staticmethod
+    def _value(value: bytes | None, blob: str | None, size: int) -> StoredValue:
+        return StoredValue(
+            value=msgspec.Raw(value) if value is not None else None, blob=blob, size=size
+        )
+
+    def get(self, run_id: str, name: str) -> StoredValue | None:
+        row = self.c.execute(
+            "SELECT value, blob_hash, size FROM attributes WHERE run_id=? AND name=?",
+            (run_id, name),
+        ).fetchone()
+        return self._value(*row) if row else None
+
+    def singletons(self, run_id: str) -> dict[str, StoredValue]:
+        rows = self.c.execute(
+            "SELECT name, value, blob_hash, size FROM attributes"
+            " WHERE run_id=? AND map_name IS NULL",
+            (run_id,),
+        )
+        return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
+
+    def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
+        if not maps:
+            return {}
+        rows = self.c.execute(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND map_name"
+            f" IN ({_marks(len(maps))})",
+            (run_id, *maps),
+        )
+        return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
+
+    def of_names(self, run_id: str, names: Sequence[str]) -> dict[str, StoredValue]:
+        if not names:
+            return {}
+        rows = self.c.execute(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name"
+            f" IN ({_marks(len(names))})",
+            (run_id, *names),
+        )
+        return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
+
+    def names(self, run_id: str) -> list[str]:
+        rows = self.c.execute("SELECT name FROM attributes WHERE run_id=? ORDER BY name", (run_id,))
+        return [r[0] for r in rows]
+
+    def write(self, run_id: str, name: str, value: StoredValue | None) -> int:
+        """Write or delete one value; return the change in stored bytes."""
+        old = self.c.execute(
+            "SELECT size FROM attributes WHERE run_id=? AND name=?", (run_id, name)
+        ).fetchone()
+        old_size = old[0] if old else 0
+        if value is None:
+            if old:
+                self.c.execute("DELETE FROM attributes WHERE run_id=? AND name=?", (run_id, name))
+            return -old_size
+        self.c.execute(
+            "INSERT OR REPLACE INTO attributes (run_id, name, map_name, value, blob_hash, size)"
+            " VALUES (?,?,?,?,?,?)",
+            (
+                run_id,
+                name,
+                _map_of(name),
+                bytes(value.value) if value.value is not None else None,
+                value.blob,
+                value.size,
+            ),
+        )
+        return value.size - old_size
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM attributes WHERE run_id=?", (run_id,))
+
+
+class SqliteChannels:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def publish(self, run_id: str, channel: str, message_id: str, value: bytes) -> None:
+        self.c.execute(
+            "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
+            " VALUES (?,?,?,?,?)",
+            (run_id, channel, _map_of(channel), message_id, value),
+        )
+
+    def pending_ids(self, run_id: str, channels: Iterable[str]) -> dict[str, list[str]]:
+        names = sorted(set(channels))
+        out: dict[str, list[str]] = {n: [] for n in names}
+        if not names:
+            return out
+        rows = self.c.execute(
+            "SELECT channel, message_id FROM channel_messages WHERE run_id=? AND channel"
+            f" IN ({_marks(len(names))}) ORDER BY seq",
+            (run_id, *names),
+        )
+        for ch, mid in rows:
+            out[ch].append(mid)
+        return out
+
+    def take(self, run_id: str, message_ids: Sequence[str]) -> dict[str, PendingMessage]:
+        if not message_ids:
+            return {}
+        out: dict[str, PendingMessage] = {}
+        for i in range(0, len(message_ids), 500):
+            chunk = message_ids[i : i + 500]
+            rows = self.c.execute(
+                "DELETE FROM channel_messages WHERE run_id=? AND message_id"
+                f" IN ({_marks(len(chunk))}) RETURNING seq, channel, message_id, value",
+                (run_id, *chunk),
+            ).fetchall()
+            for seq, ch, mid, value in rows:
+                out[mid] = PendingMessage(
+                    seq=seq, channel=ch, message_id=mid, value=msgspec.Raw(value)
+                )
+        return out
+
+    def delete(self, run_id: str, channel: str, message_id: str) -> int | None:
+        row = self.c.execute(
+            "DELETE FROM channel_messages WHERE run_id=? AND channel=? AND message_id=?"
+            " RETURNING length(value)",
+            (run_id, channel, message_id),
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    def sizes(self, run_id: str) -> dict[str, int]:
+        rows = self.c.execute(
+            "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel",
+            (run_id,),
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def pending(
+        self, run_id: str, channels: Sequence[str], maps: Sequence[str]
+    ) -> list[PendingMessage]:
+        if not channels and not maps:
+            return []
+        rows = self.c.execute(
+            "SELECT seq, channel, message_id, value FROM channel_messages WHERE run_id=? AND"
+            f" (channel IN ({_marks(len(channels))}) OR map_name IN ({_marks(len(maps))}))"
+            " ORDER BY seq",
+            (run_id, *channels, *maps),
+        )
+        return [
+            PendingMessage(seq=s, channel=ch, message_id=m, value=msgspec.Raw(v))
+            for s, ch, m, v in rows
+        ]
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM channel_messages WHERE run_id=?", (run_id,))
+
+
+class SqliteTimers:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def add(self, run_id: str, execution_id: str, fire_at: float) -> None:
+        self.c.execute(
+            "INSERT OR IGNORE INTO timers (run_id, execution_id, fire_at) VALUES (?,?,?)",
+            (run_id, execution_id, fire_at),
+        )
+
+    def clear(self, run_id: str, execution_id: str) -> None:
+        self.c.execute(
+            "DELETE FROM timers WHERE run_id=? AND execution_id=?", (run_id, execution_id)
+        )
+
+    def due_before(self, t: float, limit: int) -> list[tuple[float, str, str]]:
+        rows = self.c.execute(
+            "SELECT fire_at, run_id, execution_id FROM timers WHERE fire_at<=?"
+            " ORDER BY fire_at LIMIT ?",
+            (t, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM timers WHERE run_id=?", (run_id,))
+
+
+class SqliteHistory:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def append(
+        self, run_id: str, event_id: int, event_time: float, type_: str, payload: bytes
+    ) -> None:
+        self.c.execute(
+            "INSERT INTO history (run_id, event_id, event_time, type, payload) VALUES (?,?,?,?,?)",
+            (run_id, event_id, event_time, type_, payload),
+        )
+
+    def page(self, run_id: str, after: int, limit: int) -> list[tuple[int, float, str, bytes]]:
+        rows = self.c.execute(
+            "SELECT event_id, event_time, type, payload FROM history WHERE run_id=? AND"
+            " event_id>? ORDER BY event_id LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM history WHERE run_id=?", (run_id,))
+
+
+class SqliteBlobs:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def put(self, hash_: str, data: bytes) -> None:
+        self.c.execute("INSERT OR IGNORE INTO blobs (hash, data) VALUES (?,?)", (hash_, data))
+
+    def get(self, hash_: str) -> bytes | None:
+        row = self.c.execute("SELECT data FROM blobs WHERE hash=?", (hash_,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def reference(self, run_id: str, hash_: str) -> None:
+        self.c.execute(
+            "INSERT OR IGNORE INTO blob_refs (run_id, hash) VALUES (?,?)", (run_id, hash_)
+        )
+
+    def release_run(self, run_id: str) -> int:
+        """Drop the run's references and every blob nothing references any more."""
+        hashes = [
+            r[0]
+            for r in self.c.execute(
+                "DELETE FROM blob_refs WHERE run_id=? RETURNING hash", (run_id,)
+            ).fetchall()
+        ]
+        deleted = 0
+        for h in hashes:
+            cur = self.c.execute(
+                "DELETE FROM blobs WHERE hash=? AND NOT EXISTS"
+                " (SELECT 1 FROM blob_refs WHERE hash=?)",
+                (h, h),
+            )
+            deleted += cur.rowcount
+        return deleted

@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dex_server.store._contract import Tx
+from dex_server.store._migrations import load_migrations
+from dex_server.store.sqlite._repos import (
+    SqliteBlobs,
+    SqliteChannels,
+    SqliteExecutions,
+    SqliteFlows,
+    SqliteHistory,
+    SqliteSpecs,
+    SqliteState,
+    SqliteTimers,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("dex_server.store")
+
+_MAX_BATCH = 512
+
+
+def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+    conn.execute("PRAGMA foreign_keys=OFF")
+    conn.execute("PRAGMA busy_timeout=10000")
+    conn.execute("PRAGMA cache_size=-65536")
+    return conn
+
+
+def apply_migrations(conn: sqlite3.Connection) -> list[int]:
+    """Apply every migration newer than the recorded ``schema_version``; return those applied.
+
+    Each migration runs in its own ``BEGIN IMMEDIATE`` transaction together with its
+    version row, so concurrent runners and restarts apply each one exactly once.
+    """
+    applied: list[int] = []
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY,"
+        " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for mig in load_migrations():
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            done = conn.execute(
+                "SELECT 1 FROM schema_version WHERE version=?", (mig.version,)
+            ).fetchone()
+            if not done:
+                for statement in _statements(mig.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_version (version, name, applied_at) VALUES (?,?,?)",
+                    (mig.version, mig.name, time.time()),
+                )
+                applied.append(mig.version)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return applied
+
+
+def _statements(sql: str) -> list[str]:
+    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+class SqliteStore:
+    """SQLite store on one dedicated writer thread with group commit.
+
+    Jobs (``Callable[[Tx], T]``) are queued to the writer thread. Jobs that arrive while a
+    commit is in progress run together in the next transaction, each in its own savepoint
+    (a job that raises rolls back only itself); every caller's future resolves after the
+    COMMIT. Reads go through the same thread, so they see every committed job.
+    """
+
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self._queue: queue.SimpleQueue[tuple[Callable[[Tx], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: sqlite3.Connection | None = None
+        self.batches = 0
+        self.jobs = 0
+
+    def open(self) -> None:
+        """Open the database, apply migrations and start the writer thread."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = _connect(self.path, fsync=self.fsync)
+        apply_migrations(self._conn)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Finish queued jobs, stop the writer thread and close the database."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """Queue ``job`` for the writer; the future resolves after its transaction commits."""
+        assert self._loop is not None, "store is not open"
+        fut: asyncio.Future[T] = self._loop.create_future()
+        self._queue.put((job, fut))
+        return fut
+
+    async def run(self, job: Callable[[Tx], T]) -> T:
+        """Run ``job`` in a transaction and return its result."""
+        return await self.submit(job)
+
+    def _run(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        tx = Tx(
+            flows=SqliteFlows(conn),
+            specs=SqliteSpecs(conn),
+            executions=SqliteExecutions(conn),
+            state=SqliteState(conn),
+            channels=SqliteChannels(conn),
+            timers=SqliteTimers(conn),
+            history=SqliteHistory(conn),
+            blobs=SqliteBlobs(conn),
+        )
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            self._run_batch(conn, tx, batch)
+
+    def _run_batch(
+        self,
+        conn: sqlite3.Connection,
+        tx: Tx,
+        batch: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]],
+    ) -> None:
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job, fut in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result = job(tx)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    outcomes.append((fut, None, exc))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((fut, result, None))
+            conn.execute("COMMIT")
+        except Exception as exc:  # the commit itself failed: nothing of the batch is durable
+            log.exception("store transaction failed")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            outcomes = [(fut, None, exc) for _, fut in batch]
+        self.batches += 1
+        self.jobs += len(batch)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_resolve, outcomes)
+
+
+def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for fut, result, exc in outcomes:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
