@@ -62,6 +62,7 @@ class _Invocation:
         "stream_mode",
         "task",
         "writes",
+        "yielded",
     )
 
     def __init__(
@@ -91,6 +92,7 @@ class _Invocation:
         self.events: list[RecordedEvent] = []
         self.event_names: set[str] = set()
         self.buffers: list[BufferedText] = []
+        self.yielded: dict[int, object] = {}  # frames a generator yielded, by id (kept alive)
 
     def read(self, physical: str) -> bytes | None:
         """Staged value, else snapshot value, else None (unset or deleted)."""

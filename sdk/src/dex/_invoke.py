@@ -141,10 +141,11 @@ async def _invoke_rpc(entry: FlowEntry, task: Task, io: TaskIO) -> TaskResult:
 
 def _result(inv: _Invocation, **kw: Any) -> TaskResult:
     for buf in inv.buffers:  # flush before the result so no write trails it
-        inv.stream_mode = "direct"
-        frame = buf.flush()
-        if frame is not None and not frame.sent and inv.io is not None:
-            inv.io.stream_write(frame.stream, frame.value)
+        buf.flush()
+        # a sync generator may drop a frame that write() returned: send it anyway
+        for frame in buf.emitted:
+            if id(frame) not in inv.yielded and inv.io is not None:
+                inv.io.stream_write(frame.stream, frame.value)
     return TaskResult(
         task_id=inv.task.task_id,
         attribute_writes={k: None if v is None else Raw(v) for k, v in inv.writes.items()},
@@ -189,6 +190,8 @@ def _drive(fn: Callable[..., Any], ctx: Context, args: tuple[Any, ...], inv: _In
                     f"a generator handler may only yield heartbeat(...) or stream.write(...) "
                     f"frames, got {frame!r:.100}"
                 )
+            if isinstance(frame, StreamOutput):
+                inv.yielded[id(frame)] = frame
             if io is not None:
                 _forward(loop, io, frame, inv)
             frame = gen.send(None)

@@ -12,7 +12,6 @@ from dex._codec import ANY_CODEC
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Generator
 
-    from dex._context import Context
     from dex._decisions import StepDecision
     from dex._options import StepOptions
     from dex._waits import Wait
@@ -96,13 +95,13 @@ class Step(Generic[T]):
         return None
 
     def wait_for(
-        self, context: Context, input: T, /
+        self, context: Any, input: T, /
     ) -> Wait | Awaitable[Wait] | Generator[StepOutput, None, Wait]:
         """Return optional first phase: return the ``Wait`` whose conditions must hold first."""
         raise NotImplementedError  # never called: overriding it is what enables wait_for
 
     def execute(
-        self, context: Context, input: T, /
+        self, context: Any, input: T, /
     ) -> StepDecision | Awaitable[StepDecision] | Generator[StepOutput, None, StepDecision]:
         """Second phase: do the work and return the ``StepDecision`` (what happens next)."""
         raise NotImplementedError(f"{type(self).__name__} does not override execute")

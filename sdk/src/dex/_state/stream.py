@@ -125,6 +125,7 @@ class BufferedText:
         self._size = 0
         self._since = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.emitted: list[StreamOutput] = []  # frames handed out in "frame" mode
 
     def write(self, text: str) -> StreamOutput | None:
         """Buffer ``text``; flush if the size or time budget is reached."""
@@ -157,4 +158,7 @@ class BufferedText:
         self._parts.clear()
         self._size = 0
         data = self._inv.codec(self._stream.value_type).encode(text)
-        return _send(self._inv, self._stream.name, data)
+        frame = _send(self._inv, self._stream.name, data)
+        if not frame.sent:
+            self.emitted.append(frame)
+        return frame

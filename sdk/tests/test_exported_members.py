@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import dex
+
+DEFINITIONS = {
+    "AsyncContext",
+    "Attribute",
+    "AttributeMap",
+    "AttributeMapNotLoadedError",
+    "BadRequestError",
+    "BufferedText",
+    "Channel",
+    "ChannelCondition",
+    "ChannelLoad",
+    "ChannelMap",
+    "ChannelMessage",
+    "ChannelMessageNotFoundError",
+    "ChannelMessagesNotLoadedError",
+    "Codec",
+    "CodecRegistry",
+    "Context",
+    "DexError",
+    "DexServiceError",
+    "Flow",
+    "FlowAlreadyStartedError",
+    "FlowClosingError",
+    "FlowDefinitionError",
+    "FlowNotActiveOrNotFoundError",
+    "FlowNotFoundError",
+    "InstanceLoad",
+    "InvalidStepResultError",
+    "LimitExceededError",
+    "LockKey",
+    "LongPollTimeoutError",
+    "NoWorkerAvailableError",
+    "PersistenceSchema",
+    "RPCResult",
+    "RecoveryErrorInfo",
+    "Registry",
+    "RequestTimeoutError",
+    "RetryPolicy",
+    "RpcLockConflictError",
+    "ServiceUnavailableError",
+    "Step",
+    "StepDecision",
+    "StepDurability",
+    "StepList",
+    "StepMovement",
+    "StepOptions",
+    "StepOutput",
+    "Stream",
+    "Timer",
+    "TimerCondition",
+    "UnauthenticatedError",
+    "UnknownFlowTypeError",
+    "ValueMappingError",
+    "Wait",
+    "WaitForFailurePolicy",
+    "WorkerInvocationError",
+    "codec_for",
+    "heartbeat",
+    "rpc",
+}
+
+RUNTIME = {
+    "AsyncClient",
+    "AsyncWorker",
+    "Client",
+    "ClientOptions",
+    "Worker",
+    "WorkerOptions",
+    "PullWorkerOptions",
+    "BlobCacheConfig",
+    "open_blob_cache",
+    "StartFlowOptions",
+    "StopFlowOptions",
+    "RPCInvokeOptions",
+    "FlowResult",
+    "FlowInfo",
+}
+
+
+def test_definition_exports_are_pinned() -> None:
+    exported = set(dex.__all__)
+    assert DEFINITIONS <= exported
+    assert RUNTIME <= exported
+    assert len(dex.__all__) == len(exported), "duplicate names in __all__"
+
+
+def test_every_export_exists_and_is_documented() -> None:
+    for name in dex.__all__:
+        assert hasattr(dex, name), name
+    for name in DEFINITIONS:
+        obj = getattr(dex, name)
+        if callable(obj):
+            assert obj.__doc__, f"dex.{name} has no docstring"
+            assert obj.__module__.startswith("dex"), name
+
+
+def test_private_modules_stay_private() -> None:
+    public = {n for n in dir(dex) if not n.startswith("_")}
+    assert public - set(dex.__all__) <= {"annotations", "errors"}
