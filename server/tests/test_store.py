@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from dex_server.store import FlowRecord, SqliteStore
+from dex_server.store.sqlite import apply_migrations
+
+
+def test_migrations_are_idempotent(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
+    assert apply_migrations(conn) == [1]
+    assert apply_migrations(conn) == []
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+
+
+async def test_group_commit_and_restart(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+
+    def make(i: int):  # type: ignore[no-untyped-def]
+        return lambda tx: tx.flows.insert(
+            FlowRecord(run_id=f"r{i:03}", flow_id=f"f{i}", flow_type="T", started_at=float(i))
+        )
+
+    await asyncio.gather(*(store.run(make(i)) for i in range(200)))
+    assert store.jobs == 200 and store.batches < 200
+
+    def boom(tx: object) -> None:
+        raise ValueError("job fails alone")
+
+    ok = store.submit(make(500))
+    bad = store.submit(boom)
+    await ok
+    try:
+        await bad
+    except ValueError:
+        pass
+    await store.close()
+    store2 = SqliteStore(tmp_path / "db")
+    store2.open()
+    flows = await store2.run(lambda tx: tx.flows.page(flow_type="T", status=None, limit=1000,
+                                                      before_run_id=None))
+    assert len(flows) == 201
+    await store2.close()
