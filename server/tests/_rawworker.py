@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 import websockets
-
 from dex._protocol import (
     FlowSpec,
     Register,
@@ -26,8 +25,16 @@ Handler = Callable[["RawWorker", Task], Awaitable[TaskResult | None]]
 
 
 class RawWorker:
-    def __init__(self, address: str, flows: list[FlowSpec], handler: Handler, *,
-                 slots: int = 4, reserved: int = 1, token: str | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        flows: list[FlowSpec],
+        handler: Handler,
+        *,
+        slots: int = 4,
+        reserved: int = 1,
+        token: str | None = None,
+    ) -> None:
         self.address = address
         self.flows = flows
         self.handler = handler
@@ -42,11 +49,17 @@ class RawWorker:
 
     async def __aenter__(self) -> RawWorker:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.ws = await websockets.connect(f"ws://{self.address}/v1/worker",
-                                           additional_headers=headers)
-        await self.send(Register(app_worker_id="raw", flows=self.flows,
-                                 max_concurrent_tasks=self.slots,
-                                 reserved_rpc_tasks=self.reserved))
+        self.ws = await websockets.connect(
+            f"ws://{self.address}/v1/worker", additional_headers=headers
+        )
+        await self.send(
+            Register(
+                app_worker_id="raw",
+                flows=self.flows,
+                max_concurrent_tasks=self.slots,
+                reserved_rpc_tasks=self.reserved,
+            )
+        )
         first = server_frame_decoder.decode(await self.ws.recv())
         assert isinstance(first, Registered), first
         self._reader = asyncio.create_task(self._read())

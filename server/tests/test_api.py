@@ -6,7 +6,6 @@ from pathlib import Path
 
 import httpx
 import msgspec
-
 from dex._protocol import (
     ConditionSpec,
     DecisionSpec,
@@ -28,6 +27,7 @@ from dex._protocol import (
     encoder,
 )
 from dex_server.testing import running_server
+
 from tests._rawworker import RawWorker, raw
 
 SPEC = FlowSpec(
@@ -44,25 +44,39 @@ async def counter(w: RawWorker, t: Task) -> TaskResult | None:
     if t.kind == "execute" and t.step_type == "A":
         n = msgspec.json.decode(t.input) if t.input else 0
         if n < 3:
-            return TaskResult(task_id=tid, attribute_writes={"count": raw(n)},
-                              decision=DecisionSpec(kind="go_to", movements=[
-                                  Movement(step_type="A", input=raw(n + 1))]))
-        return TaskResult(task_id=tid, decision=DecisionSpec(
-            kind="go_to", movements=[Movement(step_type="B")]))
+            return TaskResult(
+                task_id=tid,
+                attribute_writes={"count": raw(n)},
+                decision=DecisionSpec(
+                    kind="go_to", movements=[Movement(step_type="A", input=raw(n + 1))]
+                ),
+            )
+        return TaskResult(
+            task_id=tid, decision=DecisionSpec(kind="go_to", movements=[Movement(step_type="B")])
+        )
     if t.kind == "wait_for":
-        return TaskResult(task_id=tid, wait=WaitSpec(
-            conditions=[ConditionSpec(kind="channel", channel="inbox")]))
+        return TaskResult(
+            task_id=tid, wait=WaitSpec(conditions=[ConditionSpec(kind="channel", channel="inbox")])
+        )
     if t.kind == "execute":
         assert t.condition_results is not None
-        return TaskResult(task_id=tid, decision=DecisionSpec(
-            kind="graceful_complete", output=t.condition_results.channel_values[0][0]))
-    return TaskResult(task_id=tid, publishes=[Publish(channel="inbox", value=t.input or raw(0))],
-                      rpc_output=raw(True))
+        return TaskResult(
+            task_id=tid,
+            decision=DecisionSpec(
+                kind="graceful_complete", output=t.condition_results.channel_values[0][0]
+            ),
+        )
+    return TaskResult(
+        task_id=tid,
+        publishes=[Publish(channel="inbox", value=t.input or raw(0))],
+        rpc_output=raw(True),
+    )
 
 
-def start_body(flow_id: str, spec: FlowSpec = SPEC, **kw: object) -> bytes:
-    return encoder.encode(StartFlowRequest(flow_type=spec.flow_type, flow_id=flow_id, spec=spec,
-                                           input=raw(0), **kw))  # type: ignore[arg-type]
+def start_body(flow_id: str, spec: FlowSpec = SPEC) -> bytes:
+    return encoder.encode(
+        StartFlowRequest(flow_type=spec.flow_type, flow_id=flow_id, spec=spec, input=raw(0))
+    )
 
 
 async def wait_phase(http: httpx.AsyncClient, flow_id: str, phase: str) -> None:
@@ -76,13 +90,18 @@ async def wait_phase(http: httpx.AsyncClient, flow_id: str, phase: str) -> None:
 
 
 async def test_flow_runs_to_completion_through_rpc(tmp_path: Path) -> None:
-    async with running_server(tmp_path) as srv, RawWorker(srv.address, [SPEC], counter), \
-            httpx.AsyncClient(base_url=srv.url) as http:
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [SPEC], counter),
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
         r = await http.post("/v1/flows", content=start_body("f1"))
         assert r.status_code == 200
         await wait_phase(http, "f1", "waiting")
-        r = await http.post("/v1/flows/f1/rpc", content=encoder.encode(
-            InvokeRpcRequest(rpc_name="send", input=raw("hi"))))
+        r = await http.post(
+            "/v1/flows/f1/rpc",
+            content=encoder.encode(InvokeRpcRequest(rpc_name="send", input=raw("hi"))),
+        )
         assert r.json() == {"output": True}
         res = (await http.get("/v1/flows/f1/result?timeout_s=10")).json()
         assert res["status"] == "completed" and res["completions"][0]["output"] == "hi"
@@ -94,8 +113,10 @@ async def test_flow_runs_to_completion_through_rpc(tmp_path: Path) -> None:
 
 
 async def test_bad_input(tmp_path: Path) -> None:
-    async with running_server(tmp_path, max_request_bytes=10_000, max_value_bytes=1000) as srv, \
-            httpx.AsyncClient(base_url=srv.url) as http:
+    async with (
+        running_server(tmp_path, max_request_bytes=10_000, max_value_bytes=1000) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
         r = await http.post("/v1/flows", content=b"{nope")
         assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
         assert "malformed JSON" in r.json()["message"]
@@ -109,15 +130,18 @@ async def test_bad_input(tmp_path: Path) -> None:
         assert r.status_code == 409 and r.json()["code"] == "FLOW_ALREADY_STARTED"
         r = await http.post("/v1/flows", content=b"x" * 20_000)
         assert r.status_code == 413 and "max_request_bytes" in r.json()["message"]
-        big = encoder.encode(StartFlowRequest(flow_type="Counter", flow_id="big", spec=SPEC,
-                                              input=raw("y" * 2000)))
+        big = encoder.encode(
+            StartFlowRequest(flow_type="Counter", flow_id="big", spec=SPEC, input=raw("y" * 2000))
+        )
         r = await http.post("/v1/flows", content=big)
         assert r.status_code == 413 and "max_value_bytes" in r.json()["message"]
 
 
 async def test_auth(tmp_path: Path) -> None:
-    async with running_server(tmp_path, token="s3cret") as srv, \
-            httpx.AsyncClient(base_url=srv.url) as http:
+    async with (
+        running_server(tmp_path, token="s3cret") as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
         assert (await http.get("/v1/health")).status_code == 200
         r = await http.get("/v1/flows")
         assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED"
@@ -127,27 +151,44 @@ async def test_auth(tmp_path: Path) -> None:
 
 async def test_waiting_flow_survives_server_kill(tmp_path: Path) -> None:
     async with running_server(tmp_path) as srv:
-        async with RawWorker(srv.address, [SPEC], counter), \
-                httpx.AsyncClient(base_url=srv.url) as http:
+        async with (
+            RawWorker(srv.address, [SPEC], counter),
+            httpx.AsyncClient(base_url=srv.url) as http,
+        ):
             await http.post("/v1/flows", content=start_body("k1"))
             await wait_phase(http, "k1", "waiting")
         srv.kill()
         await srv.restart()
-        async with RawWorker(srv.address, [SPEC], counter), \
-                httpx.AsyncClient(base_url=srv.url) as http:
-            r = await http.post("/v1/flows/k1/rpc", content=encoder.encode(
-                InvokeRpcRequest(rpc_name="send", input=raw("after"))))
+        async with (
+            RawWorker(srv.address, [SPEC], counter),
+            httpx.AsyncClient(base_url=srv.url) as http,
+        ):
+            r = await http.post(
+                "/v1/flows/k1/rpc",
+                content=encoder.encode(InvokeRpcRequest(rpc_name="send", input=raw("after"))),
+            )
             assert r.status_code == 200, r.text
             res = (await http.get("/v1/flows/k1/result?timeout_s=10")).json()
             assert res["completions"][0]["output"] == "after"
             hist = (await http.get("/v1/flows/k1/history")).json()
-            ids = [e["payload"]["context"]["stepExecutionId"] for e in hist["events"]
-                   if e["type"] == "StepExecuteCompleted"]
+            ids = [
+                e["payload"]["context"]["stepExecutionId"]
+                for e in hist["events"]
+                if e["type"] == "StepExecuteCompleted"
+            ]
             assert ids == ["A-1", "A-2", "A-3", "A-4", "B-1"]
 
 
-ONCE = FlowSpec(flow_type="Once", start_step="S", steps=[StepSpec(
-    step_type="S", options=StepOptionsSpec(execute_retry=RetryPolicySpec(maximum_attempts=1)))])
+ONCE = FlowSpec(
+    flow_type="Once",
+    start_step="S",
+    steps=[
+        StepSpec(
+            step_type="S",
+            options=StepOptionsSpec(execute_retry=RetryPolicySpec(maximum_attempts=1)),
+        )
+    ],
+)
 
 
 async def test_durable_start_is_at_most_once_across_server_kill(tmp_path: Path) -> None:
@@ -158,8 +199,10 @@ async def test_durable_start_is_at_most_once_across_server_kill(tmp_path: Path) 
         return None  # never finishes: the server dies first
 
     async with running_server(tmp_path) as srv:
-        async with RawWorker(srv.address, [ONCE], hang) as w, \
-                httpx.AsyncClient(base_url=srv.url) as http:
+        async with (
+            RawWorker(srv.address, [ONCE], hang) as w,
+            httpx.AsyncClient(base_url=srv.url) as http,
+        ):
             await http.post("/v1/flows", content=start_body("once", ONCE))
             deadline = time.monotonic() + 10
             while not any(isinstance(f, HeartbeatAck) for f in w.frames):
@@ -174,8 +217,10 @@ async def test_durable_start_is_at_most_once_across_server_kill(tmp_path: Path) 
             seen.append(t)
             return None
 
-        async with RawWorker(srv.address, [ONCE], record), \
-                httpx.AsyncClient(base_url=srv.url) as http:
+        async with (
+            RawWorker(srv.address, [ONCE], record),
+            httpx.AsyncClient(base_url=srv.url) as http,
+        ):
             res = (await http.get("/v1/flows/once/result?timeout_s=10")).json()
             assert res["status"] == "failed"
             assert seen == []

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from dex._protocol import (
     ConditionSpec,
     DecisionSpec,
@@ -23,6 +20,8 @@ from dex_server.engine import (
     resolve_timers,
     retry_delay,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def chan(name: str, lo: int = 1, hi: int | None = 1) -> ConditionSpec:
@@ -78,8 +77,10 @@ def test_timers_resolve_relative_to_commit_time() -> None:
     assert len(match_waits([WaitingExecution(execution_id="a", wait=wait)], {}, 102.0)) == 1
 
 
-@given(st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=6),
-       st.integers(min_value=0, max_value=8))
+@given(
+    st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=6),
+    st.integers(min_value=0, max_value=8),
+)
 def test_consumption_is_exclusive_and_fifo(mins: list[int], n: int) -> None:
     waits = [w(f"S-{i}", "all", chan("a", lo, lo)) for i, lo in enumerate(mins)]
     queue = [f"m{i}" for i in range(n)]
@@ -89,8 +90,13 @@ def test_consumption_is_exclusive_and_fifo(mins: list[int], n: int) -> None:
 
 
 def test_retry_backoff_and_limits() -> None:
-    p = RetryPolicySpec(initial_interval_s=1, backoff_coefficient=2, maximum_interval_s=5,
-                        maximum_attempts=4, total_duration_s=None)
+    p = RetryPolicySpec(
+        initial_interval_s=1,
+        backoff_coefficient=2,
+        maximum_interval_s=5,
+        maximum_attempts=4,
+        total_duration_s=None,
+    )
     assert [retry_delay(p, a) for a in (1, 2, 3, 4)] == [1, 2, 4, 5]
     err = ErrorInfo(error_type="E", message="x")
     assert decide_retry(p, attempt=3, first_attempt_at=0, now=0, error=err).retry
@@ -113,10 +119,15 @@ CUR = LiveExecution(execution_id="A-1", step_type="A", from_execution_id="__star
 
 
 def test_go_to_numbers_per_type_and_cancels() -> None:
-    live = [LiveExecution(execution_id="B-1", step_type="B", from_execution_id="__start__"),
-            LiveExecution(execution_id="B-2", step_type="B", from_execution_id="X-1")]
-    d = DecisionSpec(kind="go_to", movements=[Movement(step_type="B"), Movement(step_type="C")],
-                     cancel_sibling_steps=["B"])
+    live = [
+        LiveExecution(execution_id="B-1", step_type="B", from_execution_id="__start__"),
+        LiveExecution(execution_id="B-2", step_type="B", from_execution_id="X-1"),
+    ]
+    d = DecisionSpec(
+        kind="go_to",
+        movements=[Movement(step_type="B"), Movement(step_type="C")],
+        cancel_sibling_steps=["B"],
+    )
     plan = plan_decision(d, current=CUR, live=live, step_types=frozenset("ABC"), counters={"B": 2})
     assert [n.execution_id for n in plan.new] == ["B-3", "C-1"]
     assert plan.cancel == ["B-1"]
@@ -130,12 +141,23 @@ def test_unknown_step_type_is_invalid() -> None:
 
 
 def test_close_decisions() -> None:
-    f = plan_decision(DecisionSpec(kind="force_fail", reason="r"), current=CUR, live=[],
-                      step_types=frozenset("A"), counters={})
+    f = plan_decision(
+        DecisionSpec(kind="force_fail", reason="r"),
+        current=CUR,
+        live=[],
+        step_types=frozenset("A"),
+        counters={},
+    )
     assert f.close is not None and f.close.status == "failed" and f.close.error_message == "r"
-    g = plan_decision(DecisionSpec(kind="graceful_complete"), current=CUR, live=[],
-                      step_types=frozenset("A"), counters={})
+    g = plan_decision(
+        DecisionSpec(kind="graceful_complete"),
+        current=CUR,
+        live=[],
+        step_types=frozenset("A"),
+        counters={},
+    )
     assert g.graceful and g.close is None
-    d = plan_decision(DecisionSpec(kind="dead_end"), current=CUR, live=[],
-                      step_types=frozenset("A"), counters={})
+    d = plan_decision(
+        DecisionSpec(kind="dead_end"), current=CUR, live=[], step_types=frozenset("A"), counters={}
+    )
     assert not d.graceful and d.close is None and not d.new

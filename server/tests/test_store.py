@@ -40,7 +40,8 @@ async def test_group_commit_and_restart(tmp_path: Path) -> None:
     await store.close()
     store2 = SqliteStore(tmp_path / "db")
     store2.open()
-    flows = await store2.run(lambda tx: tx.flows.page(flow_type="T", status=None, limit=1000,
-                                                      before_run_id=None))
+    flows = await store2.run(
+        lambda tx: tx.flows.page(flow_type="T", status=None, limit=1000, before_run_id=None)
+    )
     assert len(flows) == 201
     await store2.close()

@@ -83,7 +83,7 @@ def _ref(name: str) -> dict[str, Any]:
 
 @functools.cache
 def openapi_document() -> bytes:
-    """The OpenAPI document as JSON bytes (built once)."""
+    """Return the OpenAPI document as JSON bytes (built once)."""
     _, components = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )

@@ -70,7 +70,8 @@ async def _body(request: Request, tp: type[S], limit: int) -> S:
         if len(chunks) > limit:
             raise ServiceError(
                 ErrorCode.LIMIT_EXCEEDED,
-                f"request body is over {len(chunks)} bytes, over the limit max_request_bytes={limit}",
+                f"request body is over {len(chunks)} bytes, over the limit"
+                f" max_request_bytes={limit}",
             )
     try:
         return msgspec.json.decode(bytes(chunks), type=tp)
@@ -179,6 +180,37 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
             await runtime.run(lambda tx: _flows.history_page(tx, fid, run_id, size, token))
         )
 
+    async def blob(request: Request) -> Response:
+        h = request.path_params["sha256"]
+        data = await runtime.run(lambda tx: tx.blobs.get(h))
+        if data is None:
+            return _json(ApiError(code="NOT_FOUND", message=f"no blob {h}"), 404)
+        return Response(data, media_type="application/octet-stream")
+
+    async def openapi(request: Request) -> Response:
+        return Response(openapi_document(), media_type=_JSON)
+
+    g = _guard
+    return [
+        Route("/v1/health", g(health)),
+        Route("/openapi.json", g(openapi)),
+        Route("/v1/flows", g(start), methods=["POST"]),
+        Route("/v1/flows", g(list_flows), methods=["GET"]),
+        Route("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
+        Route("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
+        Route("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
+        Route("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
+        Route("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
+        Route("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
+        *_stream_routes(runtime),
+        Route("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
+        WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
+    ]
+
+
+def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
+    limit = runtime.config.max_request_bytes
+
     def _stream_key(request: Request) -> tuple[str, str, str]:
         p = request.path_params
         return p["flow_type"], p["stream"], p["flow_id"]
@@ -212,33 +244,11 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         )
         return _json(StreamListResponse(messages=msgs, before_page_token=nxt))
 
-    async def blob(request: Request) -> Response:
-        h = request.path_params["sha256"]
-        data = await runtime.run(lambda tx: tx.blobs.get(h))
-        if data is None:
-            return _json(ApiError(code="NOT_FOUND", message=f"no blob {h}"), 404)
-        return Response(data, media_type="application/octet-stream")
-
-    async def openapi(request: Request) -> Response:
-        return Response(openapi_document(), media_type=_JSON)
-
     g = _guard
     return [
-        Route("/v1/health", g(health)),
-        Route("/openapi.json", g(openapi)),
-        Route("/v1/flows", g(start), methods=["POST"]),
-        Route("/v1/flows", g(list_flows), methods=["GET"]),
-        Route("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
-        Route("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
-        Route("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
-        Route("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
-        Route("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
-        Route("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
         Route("/v1/streams/{flow_type}/{stream}/{flow_id}/next", g(stream_next), methods=["GET"]),
         Route("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_write), methods=["POST"]),
         Route("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_list), methods=["GET"]),
-        Route("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
-        WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
 
 

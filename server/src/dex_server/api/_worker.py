@@ -136,9 +136,7 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
                 runtime.stream_write(
                     inflight.env.flow_type,
                     frame.stream,
-                    inflight.env.task.flow_id  # type: ignore[union-attr]
-                    if inflight.env.task is not None
-                    else "",
+                    inflight.env.task.flow_id if inflight.env.task is not None else "",
                     bytes(frame.value),
                     f"#{inflight.env.execution_id}",
                 )

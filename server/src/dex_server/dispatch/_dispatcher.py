@@ -174,7 +174,7 @@ class Dispatcher:
             self._queue(env)
 
     def finished(self, env: Envelope) -> None:
-        """The task's outcome committed: release its locks and forget it."""
+        """Forget a task whose outcome committed; release its locks and forget it."""
         self._drop(env)
 
     def _drop(self, env: Envelope) -> None:
@@ -238,7 +238,7 @@ class Dispatcher:
             self.pump(ft)
 
     def unregister(self, conn: WorkerConn) -> None:
-        """A Worker went away: redeliver tasks it sent nothing for, fail the others."""
+        """Handle a Worker that went away: redeliver tasks it sent nothing for, fail the others."""
         conn.closed = True
         self.conns.pop(conn.id, None)
         for inflight in list(conn.tasks.values()):

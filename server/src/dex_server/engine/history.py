@@ -26,7 +26,7 @@ def _clean(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def blob_reference(hash_: str) -> msgspec.Raw:
-    """The JSON stand-in for a value stored as a blob."""
+    """Return the JSON stand-in for a value stored as a blob."""
     return msgspec.Raw(_encoder.encode({"__dexBlobReference": {"id": hash_, "kind": "object"}}))
 
 

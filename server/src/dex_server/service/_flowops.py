@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 from dex._protocol import ConditionResultsWire, RecoveryErrorWire
 
@@ -55,7 +57,7 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
         eff.timers.append((e.not_before, flow.run_id, e.execution_id))
         return
     opts = e.options
-    kind = "wait_for" if e.phase == "wait_for" else "execute"
+    kind: Literal["wait_for", "execute"] = "wait_for" if e.phase == "wait_for" else "execute"
     eff.ready.append(
         ReadyTask(
             run_id=flow.run_id,

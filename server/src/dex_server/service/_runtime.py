@@ -420,8 +420,9 @@ class Runtime:
             now = time.time()
             if now - last_refill > _TIMER_HORIZON_S / 2:
                 last_refill = now
+                horizon = now + _TIMER_HORIZON_S
                 rows = await self.store.run(
-                    lambda tx: tx.timers.due_before(now + _TIMER_HORIZON_S, 100_000)
+                    lambda tx, h=horizon: tx.timers.due_before(h, 100_000)  # type: ignore[misc]
                 )
                 known = set(self._timers)
                 for r in rows:

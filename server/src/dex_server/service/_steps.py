@@ -12,6 +12,7 @@ from dex._protocol import (
     ErrorInfo,
     RecoveryErrorWire,
     TaskResult,
+    WaitSpec,
 )
 
 from dex_server.engine import (
@@ -190,29 +191,8 @@ def apply_step_result(
     e.locals.update(result.locals)
     if ref.kind == "wait_for":
         assert result.wait is not None
-        wait = resolve_timers(result.wait, now)
-        output["wait"] = wait
-        append_history(
-            tx,
-            flow,
-            hist.STEP_WAIT_FOR_COMPLETED,
-            hist.step_event(**_context(e, ref, now), input=inp, output=output),
-            now,
-        )
-        e.attempt, e.first_attempt_at, e.last_failure, e.started_attempt = 1, now, None, 0
-        e.last_heartbeat_value = None
-        if wait.mode == "skip" or not wait.conditions:
-            e.phase = "execute"
-            schedule(tx, flow, e, now, eff)
-        else:
-            flow.wait_seq += 1
-            e.phase, e.wait, e.wait_seq = "waiting", wait, flow.wait_seq
-            tx.executions.put(e)
-            for c in wait.conditions:
-                if c.kind == "timer" and c.fire_at is not None:
-                    tx.timers.add(flow.run_id, e.execution_id, c.fire_at)
-                    eff.timers.append((c.fire_at, flow.run_id, e.execution_id))
-            published = True
+        _apply_wait(tx, flow, e, ref, result.wait, inp, output, now, eff)
+        published = True
     else:
         assert plan is not None and result.decision is not None
         inp["conditionResults"] = e.condition_results
@@ -259,6 +239,42 @@ def apply_step_result(
     check_graceful(tx, limits, flow, now, eff)
     finish(tx, flow, eff)
     return eff
+
+
+def _apply_wait(
+    tx: Tx,
+    flow: FlowRecord,
+    e: ExecRecord,
+    ref: AttemptRef,
+    raw_wait: WaitSpec,
+    inp: dict[str, Any],
+    output: dict[str, Any],
+    now: float,
+    eff: Effects,
+) -> None:
+    """Park ``e`` on its Wait (timers made absolute) or queue execute at once."""
+    wait = resolve_timers(raw_wait, now)
+    output["wait"] = wait
+    append_history(
+        tx,
+        flow,
+        hist.STEP_WAIT_FOR_COMPLETED,
+        hist.step_event(**_context(e, ref, now), input=inp, output=output),
+        now,
+    )
+    e.attempt, e.first_attempt_at, e.last_failure, e.started_attempt = 1, now, None, 0
+    e.last_heartbeat_value = None
+    if wait.mode == "skip" or not wait.conditions:
+        e.phase = "execute"
+        schedule(tx, flow, e, now, eff)
+        return
+    flow.wait_seq += 1
+    e.phase, e.wait, e.wait_seq = "waiting", wait, flow.wait_seq
+    tx.executions.put(e)
+    for c in wait.conditions:
+        if c.kind == "timer" and c.fire_at is not None:
+            tx.timers.add(flow.run_id, e.execution_id, c.fire_at)
+            eff.timers.append((c.fire_at, flow.run_id, e.execution_id))
 
 
 def fail_attempt(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from dex._protocol import ChannelMessageWire, LoadSpec, Task
 
@@ -35,7 +36,7 @@ def _fill_state(tx: Tx, task: Task, run_id: str, loads: LoadSpec) -> None:
 
 def build_step_task(tx: Tx, flow: FlowRecord, e: ExecRecord) -> Task:
     """Snapshot the state a Step method needs into a Task (task_id/deadline set at dispatch)."""
-    kind = "wait_for" if e.phase == "wait_for" else "execute"
+    kind: Literal["wait_for", "execute"] = "wait_for" if e.phase == "wait_for" else "execute"
     opts = e.options
     task = Task(
         task_id="",

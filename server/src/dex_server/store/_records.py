@@ -6,10 +6,10 @@ from typing import Literal
 
 import msgspec
 from dex._protocol import (
-    OptionalRaw,
     CompletionWire,
     ConditionResultsWire,
     ErrorInfo,
+    OptionalRaw,
     RecoveryErrorWire,
     StepOptionsSpec,
     WaitSpec,
