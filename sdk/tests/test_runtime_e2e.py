@@ -167,3 +167,22 @@ async def test_worker_fetches_a_big_blob_once(
     stats = worker.stats()
     assert stats["blob_fetches"] == 1
     assert stats["blob_cache_hits"] >= steps - 1
+
+
+async def test_blob_cache_survives_worker_restart(
+    server: RunningServer, client: AsyncClient, tmp_path: Path
+) -> None:
+    big = "y" * 40_000
+    cache_dir = tmp_path / "blob-cache"
+    fetches = []
+    for round_ in range(2):
+        with WorkerProcess(
+            FACTORY, server_address=server.address, blob_cache_dir=cache_dir
+        ) as proc:
+            flow_id = _id(f"cache{round_}")
+            options = StartFlowOptions().with_attribute(BIG, big)
+            await client.start_flow(BigValue(), flow_id, 2, options)
+            assert (await client.wait_for_flow(flow_id, timeout=20)).single_output(int) == len(big)
+            assert await asyncio.to_thread(proc.terminate, 20) == 0
+            fetches.append(proc.stats()["blob_fetches"])
+    assert fetches == [1, 0]  # the restarted Worker read the blob from its disk cache
