@@ -16,7 +16,7 @@ from dex import (
     FlowStatus,
     StartFlowOptions,
 )
-from dex.errors import FlowNotFoundError, LongPollTimeoutError
+from dex.errors import FlowNotFoundError, LongPollTimeoutError, UnauthenticatedError
 from dex_server.testing import RunningServer, running_server
 
 from tests.support import FileGate, WorkerProcess
@@ -186,3 +186,19 @@ async def test_blob_cache_survives_worker_restart(
             assert await asyncio.to_thread(proc.terminate, 20) == 0
             fetches.append(proc.stats()["blob_fetches"])
     assert fetches == [1, 0]  # the restarted Worker read the blob from its disk cache
+
+
+async def test_token_auth_for_client_and_worker(tmp_path: Path) -> None:
+    async with running_server(tmp_path / "auth-server", token="s3cret") as srv:
+        anonymous = AsyncClient(REGISTRY, options=ClientOptions(server_address=srv.address))
+        async with anonymous:
+            with pytest.raises(UnauthenticatedError):
+                await anonymous.describe_flow("any")
+            assert (await anonymous.health_check()).ok  # health needs no token
+        options = ClientOptions(server_address=srv.address, credential="s3cret")
+        with WorkerProcess(FACTORY, server_address=srv.address, credential="s3cret"):
+            async with AsyncClient(REGISTRY, options=options) as authed:
+                flow_id = _id("auth")
+                await authed.start_flow(TwoSteps(), flow_id, 0)
+                result = await authed.wait_for_flow(flow_id, timeout=20)
+                assert result.single_output(int) == 10
