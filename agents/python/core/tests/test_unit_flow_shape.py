@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from dex import Registry
+from dex._protocol import FlowSpec, StepSpec
+from dex_agents import (
+    AgentFrameworkRunner,
+    AgentSessionFlow,
+    AgentSessionOptions,
+    AgentTurnContext,
+    AgentTurnOutcome,
+    DeferredToolExecution,
+    FrameworkMessage,
+    MessageRole,
+    ToolExecutionResult,
+    TurnCompleted,
+)
+
+
+class EchoRunner:
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        return FrameworkMessage(role=MessageRole.USER, framework_item=text, text=text)
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        return TurnCompleted(new_messages=[])
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        return ToolExecutionResult(output="")
+
+
+def spec() -> FlowSpec:
+    flow = AgentSessionFlow(
+        EchoRunner(),
+        flow_type="Triage",
+        options=AgentSessionOptions(agent_events_capacity_bytes=4096),
+    )
+    (only,) = Registry([flow], allow_async_handlers=True).flow_specs()
+    return only
+
+
+def steps() -> dict[str, StepSpec]:
+    return {s.step_type: s for s in spec().steps}
+
+
+def test_runner_satisfies_the_protocol() -> None:
+    assert isinstance(EchoRunner(), AgentFrameworkRunner)
+
+
+def test_flow_shape_matches_the_seeds() -> None:
+    flow_spec = spec()
+    assert flow_spec.flow_type == "Triage"
+    assert flow_spec.start_step == "StartAgentSession"
+    assert set(steps()) == {
+        "StartAgentSession",
+        "AwaitUserMessage",
+        "RunModel",
+        "AwaitToolApproval",
+        "CallTool",
+        "CallSingleAttemptTool",
+        "RecordToolFailure",
+        "RecordToolOutcomeUnknown",
+        "ResumeTurn",
+        "RecordTurnFailure",
+        "StopTurn",
+    }
+    rpcs = {r.name: r for r in flow_spec.rpcs}
+    assert set(rpcs) == {
+        "send_user_message",
+        "resolve_interrupt",
+        "get_agent_snapshot",
+        "list_agent_messages",
+        "steer_user_message",
+        "cancel_turn",
+    }
+    assert rpcs["send_user_message"].is_transactional
+    assert rpcs["resolve_interrupt"].locks == ["PendingInterrupts"]
+    assert not rpcs["get_agent_snapshot"].is_transactional
+    assert set(rpcs["get_agent_snapshot"].loads.attribute_maps) == {
+        "AgentMessages",
+        "AgentToolCalls",
+    }
+    streams = [d for d in flow_spec.state if d.kind == "stream"]
+    assert [(d.name, d.stream_capacity_bytes) for d in streams] == [("AgentEvents", 4096)]
+
+
+def test_every_step_is_sync_on_both_methods() -> None:
+    for step in steps().values():
+        assert step.options.wait_for_durability == "sync", step.step_type
+        assert step.options.execute_durability == "sync", step.step_type
+
+
+def test_run_model_timeouts_retries_and_failure_route() -> None:
+    options = steps()["RunModel"].options
+    assert options.execute_timeout_s == 15 * 60
+    assert options.heartbeat_timeout_s == 2 * 60
+    assert options.execute_retry.maximum_attempts == 3
+    assert options.execute_retry.total_duration_s == 30 * 60
+    assert options.execute_failure_step == "RecordTurnFailure"
+    assert set(options.execute_loads.attribute_maps) == {"AgentMessages", "AgentToolCalls"}
+
+
+def test_tool_steps_retry_policies_and_routes() -> None:
+    call = steps()["CallTool"].options
+    assert call.execute_retry.maximum_attempts == 3
+    assert call.execute_failure_step == "RecordToolFailure"
+    single = steps()["CallSingleAttemptTool"].options
+    assert single.execute_retry.maximum_attempts == 1
+    assert single.execute_failure_step == "RecordToolOutcomeUnknown"
+    assert steps()["AwaitToolApproval"].has_wait_for
+    assert steps()["ResumeTurn"].has_wait_for
