@@ -139,14 +139,13 @@ async def test_for_range_waits_for_the_minimum_and_takes_up_to_the_maximum(stack
 
 
 async def test_channel_map_instances_are_independent_queues(stack: Stack) -> None:
-    flow_id = await _start_collect(stack, WaitPlan(kind="map_for_one", key="k 1?"))
-    await stack.client.invoke_rpc(CHANNEL_FLOW.push_box, flow_id, BoxMessage(key="k2", value="x"))
-    await _still_waiting(stack, flow_id)
+    plan = WaitPlan(kind="map_for_one", key="k 1?", prepublish_boxes={"k2": ["x", "y"]})
+    flow_id = await _start_collect(stack, plan)
+    await _still_waiting(stack, flow_id)  # messages of another instance do not wake it
     await stack.client.invoke_rpc(CHANNEL_FLOW.push_box, flow_id, BoxMessage(key="k 1?", value="a"))
-    await stack.client.invoke_rpc(CHANNEL_FLOW.push_box, flow_id, BoxMessage(key="k 1?", value="b"))
     assert (await _collected(stack, flow_id)).boxes == ["a"]
-    assert await stack.client.invoke_rpc(CHANNEL_FLOW.box_size, flow_id, "k2") == 1
-    assert await stack.client.invoke_rpc(CHANNEL_FLOW.box_size, flow_id, "k 1?") == 1
+    assert await stack.client.invoke_rpc(CHANNEL_FLOW.box_size, flow_id, "k2") == 2
+    assert await stack.client.invoke_rpc(CHANNEL_FLOW.box_size, flow_id, "k 1?") == 0
 
 
 async def test_any_of_timer_wins_over_channel_when_both_are_ready(stack: Stack) -> None:

@@ -77,7 +77,7 @@ async def test_history_records_each_step_once_in_order(stack: Stack) -> None:
     assert context["stepType"] == "SeqDouble"
     assert context["fromStepExecutionId"] == "SeqAdd-1"
     assert context["finalAttempt"] == 1
-    assert payload(double)["input"] == 2
+    assert payload(double)["input"]["stepInput"] == 2
 
     page = await stack.client.get_history(flow_id, run_id=run_id, page_size=2)
     assert [e.event_id for e in page.events] == ids[:2]

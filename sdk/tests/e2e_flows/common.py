@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dex import AsyncContext, Context
+
 from tests.support import GATE_DIR_ENV
 
 
@@ -37,3 +39,10 @@ def read_log(directory: str | os.PathLike[str], name: str) -> list[str]:
         return path.read_text().splitlines()
     except FileNotFoundError:
         return []
+
+
+def async_context(context: Context) -> AsyncContext:
+    """The AsyncContext that async handlers receive (their signature keeps ``Context``)."""
+    if not isinstance(context, AsyncContext):
+        raise TypeError(f"an async handler got {type(context).__name__}, not AsyncContext")
+    return context

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 from dex import (
-    AsyncContext,
     Channel,
     Context,
     Flow,
@@ -26,7 +26,7 @@ from dex import (
     rpc,
 )
 
-from tests.e2e_flows.common import append_log
+from tests.e2e_flows.common import append_log, async_context
 from tests.support import FileGate
 
 
@@ -52,7 +52,8 @@ class Before(Step[str]):
 class Middle(Step[str]):
     """Heartbeats (so the server saw output), then parks at a gate on attempt 1."""
 
-    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
         _log(input, "middle", context)
         await context.heartbeat("alive")
         if context.attempt == 1:
@@ -96,7 +97,8 @@ class SilentDeath(Flow[str]):
 class OnceOnly(Step[str]):
     """At-most-once: one attempt, durably started before its effect, then a gate."""
 
-    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
         _log(input, "once-start", context)
         await context.heartbeat(durable=True)
         _log(input, "once-acked", context)
@@ -193,4 +195,4 @@ KILL_MID_EXECUTE = KillMidExecute()
 SILENT_DEATH = SilentDeath()
 AT_MOST_ONCE = AtMostOnce()
 DURABLE = Durable()
-FLOWS = [KILL_MID_EXECUTE, SILENT_DEATH, AT_MOST_ONCE, DURABLE]
+FLOWS: list[Flow[Any]] = [KILL_MID_EXECUTE, SILENT_DEATH, AT_MOST_ONCE, DURABLE]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dex import (
     Attribute,
     Context,
@@ -41,7 +43,7 @@ class StrayDecision(Flow[int]):
 
     @rpc
     def mark(self, context: Context) -> int:
-        return MARK.get(context)
+        return MARK.get(context) or 0
 
 
 class Store(Step[str]):
@@ -80,4 +82,4 @@ class NotRegistered(Flow[int]):
 STRAY_DECISION = StrayDecision()
 KEEPER = Keeper()
 NOT_REGISTERED = NotRegistered()
-FLOWS = [STRAY_DECISION, KEEPER]
+FLOWS: list[Flow[Any]] = [STRAY_DECISION, KEEPER]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from dex import (
-    AsyncContext,
     Attribute,
     Channel,
     Context,
@@ -23,7 +23,7 @@ from dex import (
     rpc,
 )
 
-from tests.e2e_flows.common import append_log
+from tests.e2e_flows.common import append_log, async_context
 from tests.support import FileGate
 
 # --------------------------------------------------------------------------- RPCs
@@ -53,14 +53,14 @@ class Idle(Step[None]):
 
 
 class Work(Step[str]):
-    """Scheduled by the ``schedule`` RPC; completes the Flow gracefully."""
+    """Scheduled by the ``schedule`` RPC; force-completes (Idle is still waiting)."""
 
     def execute(self, context: Context, input: str) -> StepDecision:
-        return StepDecision.graceful_complete(
+        return StepDecision.force_complete(
             Scheduled(
                 input=input,
-                step_execution_id=context.step_execution_id,
-                from_step_execution_id=context.from_step_execution_id,
+                step_execution_id=context.step_execution_id or "",
+                from_step_execution_id=context.from_step_execution_id or "",
                 notes=NOTES.get(context),
             )
         )
@@ -94,13 +94,13 @@ class RpcFlow(Flow[None]):
     @rpc
     async def async_read(self, context: Context) -> int:
         await asyncio.sleep(0)
-        return HITS.get(context)
+        return HITS.get(context) or 0
 
     @rpc(is_transactional=True)
     def hit(self, context: Context, input: str) -> RPCResult[int]:
-        HITS.set(context, HITS.get(context) + 1)
+        HITS.set(context, (HITS.get(context) or 0) + 1)
         WAKE.publish(context, input)
-        return RPCResult(output=HITS.get(context))
+        return RPCResult(output=(HITS.get(context) or 0))
 
     @rpc(is_transactional=True)
     def schedule(self, context: Context, input: str) -> RPCResult[str]:
@@ -133,7 +133,7 @@ class HoldLock(Step[str]):
     def execute(self, context: Context, input: str) -> StepDecision:
         append_log(input, f"start {context.step_execution_id}")
         FileGate.from_env(f"{input}-{context.step_execution_id}").pass_through()
-        GUARD.set(context, GUARD.get(context) + 1)
+        GUARD.set(context, (GUARD.get(context) or 0) + 1)
         append_log(input, f"end {context.step_execution_id}")
         return StepDecision.dead_end()
 
@@ -156,12 +156,12 @@ class LockFlow(Flow[str]):
 
     @rpc(lock_attributes=(GUARD.lock(),))
     def bump(self, context: Context) -> int:
-        GUARD.set(context, GUARD.get(context) + 100)
-        return GUARD.get(context)
+        GUARD.set(context, (GUARD.get(context) or 0) + 100)
+        return GUARD.get(context) or 0
 
     @rpc
     def guard(self, context: Context) -> int:
-        return GUARD.get(context)
+        return GUARD.get(context) or 0
 
 
 # --------------------------------------------------------------------------- streams
@@ -172,7 +172,8 @@ TEXT = Stream("text", str)
 class Speak(Step[str]):
     """An async Step writing three Stream messages, then buffered text."""
 
-    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
         for word in input.split():
             TEXT.write(context, word)
         buffered = TEXT.buffered_text(context)
@@ -245,4 +246,4 @@ RPC_FLOW = RpcFlow()
 LOCK_FLOW = LockFlow()
 STREAM_FLOW = StreamFlow()
 FAN_IN_FLOW = FanInFlow()
-FLOWS = [RPC_FLOW, LOCK_FLOW, STREAM_FLOW, FAN_IN_FLOW]
+FLOWS: list[Flow[Any]] = [RPC_FLOW, LOCK_FLOW, STREAM_FLOW, FAN_IN_FLOW]

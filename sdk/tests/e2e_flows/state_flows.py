@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dex import (
     Attribute,
@@ -58,7 +59,7 @@ class ListWholeMap(Step[int]):
         _observe(context, "slash_value", ITEMS.get(context, "k 1?x"))
         ITEMS.delete(context, "b")
         _observe(context, "keys_after_delete", ITEMS.get_all_instance_keys(context))
-        COUNTER.set(context, COUNTER.get(context) + 1)
+        COUNTER.set(context, (COUNTER.get(context) or 0) + 1)
         only_c = StepOptions(execute_load_attribute_map_instances=(ITEMS.load("c"),))
         return StepDecision.go_to_many(StepMovement.of(ReadSelected, input, options=only_c))
 
@@ -87,7 +88,7 @@ class ReadNothing(Step[int]):
         except AttributeMapNotLoadedError:
             _observe(context, "unloaded_c", "not-loaded")
         _observe(context, "counter_final", COUNTER.get(context))
-        return StepDecision.graceful_complete(COUNTER.get(context))
+        return StepDecision.graceful_complete(COUNTER.get(context) or 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +119,7 @@ class AttributeFlow(Flow[int]):
             k: v for k in REPORT.get_all_instance_keys(context) if (v := REPORT.get(context, k))
         }
         return StateView(
-            owner=OWNER.get(context), counter=COUNTER.get(context), items=items, report=report
+            owner=OWNER.get(context), counter=COUNTER.get(context) or 0, items=items, report=report
         )
 
     @rpc
@@ -244,4 +245,4 @@ class ChannelFlow(Flow[WaitPlan]):
 
 ATTRIBUTE_FLOW = AttributeFlow()
 CHANNEL_FLOW = ChannelFlow()
-FLOWS = [ATTRIBUTE_FLOW, CHANNEL_FLOW]
+FLOWS: list[Flow[Any]] = [ATTRIBUTE_FLOW, CHANNEL_FLOW]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dex import (
     Channel,
@@ -49,9 +50,9 @@ class SeqFinish(Step[int]):
             Trace(
                 value=input,
                 flow_id=context.flow_id,
-                step_type=context.step_type,
-                step_execution_id=context.step_execution_id,
-                from_step_execution_id=context.from_step_execution_id,
+                step_type=context.step_type or "",
+                step_execution_id=context.step_execution_id or "",
+                from_step_execution_id=context.from_step_execution_id or "",
                 attempt=context.attempt,
             )
         )
@@ -212,4 +213,4 @@ SEQUENTIAL = Sequential()
 FAN_OUT = FanOut()
 COMPLETION = Completion()
 CANCELLATION = Cancellation()
-FLOWS = [SEQUENTIAL, FAN_OUT, COMPLETION, CANCELLATION]
+FLOWS: list[Flow[Any]] = [SEQUENTIAL, FAN_OUT, COMPLETION, CANCELLATION]

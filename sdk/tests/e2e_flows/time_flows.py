@@ -7,9 +7,9 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from dex import (
-    AsyncContext,
     Context,
     Flow,
     PersistenceSchema,
@@ -19,6 +19,7 @@ from dex import (
     StepList,
     StepMovement,
     StepOptions,
+    StepOutput,
     Stream,
     Timer,
     Wait,
@@ -26,7 +27,7 @@ from dex import (
     heartbeat,
 )
 
-from tests.e2e_flows.common import append_log
+from tests.e2e_flows.common import append_log, async_context
 
 # --------------------------------------------------------------------------- timers
 
@@ -131,7 +132,8 @@ class RetryFlow(Flow[RetryPlan]):
 class SlowFirstAttempt(Step[str]):
     """Attempt 1 outlives its 0.5 s method timeout; attempt 2 returns at once."""
 
-    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
         append_log(input, f"start {context.attempt}")
         if context.attempt == 1:
             await asyncio.sleep(30)
@@ -163,7 +165,8 @@ class GoesQuiet(Step[str]):
     0.1 s, so it survives and sees attempt 1's checkpoint.
     """
 
-    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
         append_log(input, f"start {context.attempt}")
         if context.attempt == 1:
             await context.heartbeat("checkpoint-1")
@@ -282,7 +285,7 @@ class GeneratorSteps(Step[str]):
     """A sync generator: attempt 1 yields a checkpoint and fails; attempt 2 yields
     heartbeats for 1.2 s (twice its heartbeat timeout) and Stream writes, then returns."""
 
-    def execute(self, context: Context, input: str) -> Generator[object, None, StepDecision]:
+    def execute(self, context: Context, input: str) -> Generator[StepOutput, None, StepDecision]:
         append_log(input, f"start {context.attempt}")
         if context.attempt == 1:
             yield heartbeat("gen-checkpoint")
@@ -317,7 +320,7 @@ EXECUTE_FAILURE_ROUTE_FLOW = ExecuteFailureRouteFlow()
 WAIT_FOR_PROCEED_FLOW = WaitForProceedFlow()
 EXHAUSTED_FLOW = ExhaustedFlow()
 GENERATOR_FLOW = GeneratorFlow()
-SYNC_FLOWS = [
+SYNC_FLOWS: list[Flow[Any]] = [
     TIMER_FLOW,
     RETRY_FLOW,
     EXECUTE_FAILURE_ROUTE_FLOW,
@@ -325,4 +328,4 @@ SYNC_FLOWS = [
     EXHAUSTED_FLOW,
     GENERATOR_FLOW,
 ]
-ASYNC_FLOWS = [METHOD_TIMEOUT_FLOW, HEARTBEAT_TIMEOUT_FLOW]
+ASYNC_FLOWS: list[Flow[Any]] = [METHOD_TIMEOUT_FLOW, HEARTBEAT_TIMEOUT_FLOW]
