@@ -95,8 +95,13 @@ def demo_hello_flow(uv: str) -> int:
     return _run([uv, "run", "python", "examples/hello_flow/run.py"])
 
 
+def demo_support_desk(uv: str) -> int:
+    """Run ``examples/support_desk``: an agent session survives a Worker killed mid-approval."""
+    return _run([uv, "run", "python", "examples/support_desk/run.py"])
+
+
 # The demo the README's first command runs. Point it at another function to change it.
-DEMO: Callable[[str], int] = demo_hello_flow
+DEMO: Callable[[str], int] = demo_support_desk
 
 
 def package_checks() -> list[tuple[str, list[str]]]:

@@ -37,6 +37,7 @@ from dex_agents.testing import (
     wait_for_agent_snapshot,
 )
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
@@ -57,11 +58,12 @@ def show_event(event: AgentEvent) -> None:
     kind = event.type
     where = f"[dim]{event.step_execution_id}#{event.attempt}[/]"
     if kind is AgentEventType.TEXT_DELTA:
-        console.print(f"  [magenta]model[/] {data.get('text', '')}  {where}")
+        console.print(f"  [magenta]model[/] {escape(str(data.get('text', '')))}  {where}")
     elif kind is AgentEventType.TOOL_CALL_DEFERRED:
         approval = " (needs approval)" if data.get("requires_approval") else ""
         console.print(
-            f"  [yellow]tool call[/] {data.get('tool_name')} [{data.get('effect')}]{approval}"
+            f"  [yellow]tool call[/] {data.get('tool_name')} "
+            f"{escape('[' + str(data.get('effect')) + ']')}{approval}"
         )
     elif kind is AgentEventType.TOOL_CALL_STARTED:
         console.print(f"  [yellow]running[/] {data.get('tool_name')}  {where}")
@@ -76,14 +78,34 @@ def show_event(event: AgentEvent) -> None:
         console.print(f"  [blue]{kind.value}[/] {event.turn_id}")
 
 
-async def print_events(sessions: AgentSessionClient) -> None:
-    """Print the session's live events until its first turn completes."""
-    # Best effort, like every Stream: the snapshot is the source of truth.
-    events: AsyncIterator[AgentEvent] = sessions.follow_events(SESSION_ID)
-    async for event in events:
-        show_event(event)
-        if event.type is AgentEventType.TURN_COMPLETED:
-            return
+class LiveView:
+    """Prints the session's events as they arrive and remembers which ones it saw."""
+
+    def __init__(self, sessions: AgentSessionClient) -> None:
+        self.sessions = sessions
+        self.seen: set[str] = set()
+        self.changed = asyncio.Event()
+
+    async def run(self) -> None:
+        """Print events until the first turn completes."""
+        # Best effort, like every Stream: the snapshot is the source of truth.
+        events: AsyncIterator[AgentEvent] = self.sessions.follow_events(SESSION_ID)
+        async for event in events:
+            show_event(event)
+            self.seen.add(event.type.value)
+            if event.type is AgentEventType.TOOL_CALL_FINISHED:
+                self.seen.add(f"finished:{event.data.get('tool_name')}")
+            self.changed.set()
+            self.changed = asyncio.Event()
+            if event.type is AgentEventType.TURN_COMPLETED:
+                return
+
+    async def caught_up(self, *names: str, timeout: float = 5.0) -> None:
+        """Wait until the view printed events ``names`` (or ``timeout`` passed)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while not set(names) <= self.seen:
+                    await self.changed.wait()
 
 
 def conversation_table(snapshot: AgentSnapshot) -> Table:
@@ -120,6 +142,7 @@ async def demo(keep: bool) -> None:
     log = InvocationLog(state / "calls.log")
     started = time.monotonic()
 
+    console.rule("Dex support desk: a durable agent session survives a killed Worker")
     step("Starting a private Dex server ([bold]dexcli dev[/]) on a fresh SQLite store")
     async with AgentTestStack(
         workdir, [flow], "worker", worker_cwd=HERE, worker_env={STATE_DIR_ENV: str(state)}
@@ -133,7 +156,8 @@ async def demo(keep: bool) -> None:
         message = "My order 1042 arrived broken. Can I get my money back?"
         console.print(f"  [bold]customer[/] {message}")
         await sessions.start_session(SESSION_ID, message)
-        printer = asyncio.create_task(print_events(sessions))
+        view = LiveView(sessions)
+        printer = asyncio.create_task(view.run())
 
         interrupt = await wait_for_agent_snapshot(
             sessions,
@@ -141,9 +165,10 @@ async def demo(keep: bool) -> None:
             lambda snapshot: next(iter(snapshot.pending_interrupts), None),
             description="the refund approval",
         )
+        await view.caught_up("interrupt_raised", "finished:add_note")
         step(
             f"The refund waits for a person: interrupt [bold]{interrupt.interrupt_id}[/] "
-            f"({interrupt.tool_name} {interrupt.arguments})"
+            f"({interrupt.tool_name} {escape(interrupt.arguments)})"
         )
         done("the session holds no Worker while it waits")
 
@@ -199,10 +224,13 @@ async def demo(keep: bool) -> None:
             prefix = f"{dexcli}"
         console.print(f"  {prefix} flow history {SESSION_ID}")
         console.print(f"  {prefix} flow show {SESSION_ID}")
-        console.print(f"  {prefix} flow list --type {FLOW_TYPE}")
+        console.print(f"  {prefix} flow list")
         console.print("  examples/support_desk/agent.py   # the scripted model and the tools")
         if keep:
             console.print("\n[dim]Server kept running; Ctrl-C stops it.[/]")
+        else:
+            console.print("  [dim](or rerun with --keep to leave the server running)[/]")
+        if keep:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.Event().wait()
         if not once:
