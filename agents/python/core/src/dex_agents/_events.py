@@ -128,14 +128,11 @@ class AgentEventWriter:
             self._pending_type = kind
             self._pending_text.append(text)
             self._pending_bytes += len(text.encode())
-            full = self._pending_bytes >= TEXT_FLUSH_BYTES
-            if full:
-                now = self._take_batch()
+            full = self._take_batch() if self._pending_bytes >= TEXT_FLUSH_BYTES else None
         if batch is not None:
             self._emit(batch)
-        if full:
-            if now is not None:
-                self._emit(now)
+        if full is not None:
+            self._emit(full)
         elif first:
             self._on_loop(self._arm_flush)
 
