@@ -7,7 +7,9 @@ its OrderFlow with the public Client and look at it with ``dexcli``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -25,6 +27,7 @@ from typing import Any
 import dex
 import pytest
 from dex._protocol import PROTOCOL_VERSION
+from dex_server.cli import main
 from dex_server.testing import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,13 +49,32 @@ class Result:
         return json.loads(self.out)
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> Result:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run dexcli's ``main`` in this process (fast); see ``run_cli_process`` for the script."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update({"COLUMNS": "200", **(env or {})})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(*args: str, timeout: float = 30) -> Result:
+    """Run the installed ``dexcli`` console script as a child process."""
     proc = subprocess.run(
         [*dexcli_cmd(), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        env={**os.environ, "COLUMNS": "200"},
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
@@ -271,6 +293,15 @@ def test_usage_errors_exit_2(stack: Stack) -> None:
     assert bad_status.code == 2 and bad_status.err.count("\n") == 1
     unknown = stack.cli("flow", "list", "--bogus")
     assert unknown.code == 2 and unknown.err.count("\n") == 1
+
+
+def test_console_script(stack: Stack) -> None:
+    listed = run_cli_process("--server", stack.address, "-o", "json", "flow", "list")
+    assert listed.code == 0, listed.err
+    assert stack.done_id in {f["flowId"] for f in listed.json()["flows"]}
+    missing = run_cli_process("--server", stack.address, "-o", "json", "flow", "show", "nope")
+    assert missing.code == 1
+    assert json.loads(missing.err)["error"]["code"] == "FLOW_NOT_FOUND"
 
 
 def test_health_and_version(stack: Stack) -> None:
