@@ -204,8 +204,11 @@ async def demo(workdir: Path, keep: bool) -> int:
         history_cmd = ["dexcli", "--server", address, "flow", "history", flow_id]
         console.print("[bold]The Flow's history, as dexcli shows it:[/]")
         subprocess.run([*dexcli(), *history_cmd[1:]], check=False)
-        console.print("Look next (while a server on that data folder runs):")
-        console.print(f"  [bold]{' '.join(history_cmd)}[/]   (add --output json for JSON)")
+        if keep:
+            console.print("Look next (add --output json for JSON):")
+        else:
+            console.print("Look next: run the demo with --keep to keep its server up, then")
+        console.print(f"  [bold]{' '.join(history_cmd)}[/]")
         if keep:
             console.print("\nThe server stays up (--keep). Press Ctrl-C to stop it.")
             try:
@@ -222,7 +225,7 @@ async def _exists(path: Path) -> bool:
 
 
 def report(counts: dict[str, dict[str, int]]) -> bool:
-    table = Table(title="How often each Step ran (from the Steps' own journal)")
+    table = Table(title="Runs per Step (from the Steps' own journal)")
     for column in ("Step", "started", "finished", "Workers"):
         table.add_column(column)
     for s in STEPS:

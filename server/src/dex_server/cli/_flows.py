@@ -149,8 +149,9 @@ def _event_row(event: HistoryEventWire) -> list[str]:
     detail = ""
     if ctx.get("finalAttempt") is not None:
         detail = f"attempt {ctx['finalAttempt']}"
-    if ctx.get("duration") is not None:
-        detail += f", {ctx['duration']}"
+    duration = ctx.get("duration")
+    if isinstance(duration, int | float):
+        detail += f", {duration * 1000:.1f} ms"
     return [str(event.event_id), human_time(event.event_time), event.type, what, detail]
 
 
