@@ -28,6 +28,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
+from dex._protocol import HistoryEventWire
 from dex_agents import (
     AgentEvent,
     AgentEventType,
@@ -71,13 +73,15 @@ def build_flow() -> AgentSessionFlow:
 
 
 class Session:
-    """One benchmark session with its live event iterator."""
+    """One benchmark session with its live event iterator and history cursor."""
 
-    def __init__(self, sessions: AgentSessionClient, session_id: str) -> None:
+    def __init__(self, stack: AgentTestStack, sessions: AgentSessionClient, session_id: str):
+        self.stack = stack
         self.sessions = sessions
         self.session_id = session_id
         self.events: AsyncIterator[AgentEvent] | None = None
         self.turns = 0
+        self.last_event_id = 0
 
     async def start(self) -> None:
         await self.sessions.start_session(self.session_id)
@@ -89,11 +93,17 @@ class Session:
         )
         self.events = aiter(self.sessions.follow_events(self.session_id))
 
-    async def turn(self) -> float:
-        """Run one turn; return its wall time in milliseconds."""
+    async def turn(self) -> tuple[float, float]:
+        """Run one turn; return (engine ms, observed ms).
+
+        Engine: from just before ``send_user_message`` until the server committed the
+        turn's last RunModel (its history event time; same machine, same clock).
+        Observed: until this client read ``turn_completed`` from the AgentEvents Stream.
+        """
         assert self.events is not None
         self.turns += 1
         turn_id = f"turn-{self.turns}"
+        wall_started = time.time()
         started = time.perf_counter()
         accepted = await self.sessions.send_user_message(self.session_id, f"go {self.turns}")
         if not accepted:
@@ -103,14 +113,93 @@ class Session:
             if event.turn_id != turn_id:
                 continue
             if event.type is AgentEventType.TURN_COMPLETED:
-                return (time.perf_counter() - started) * 1000
+                observed = (time.perf_counter() - started) * 1000
+                break
             if event.type is AgentEventType.TURN_FAILED:
                 raise RuntimeError(f"{turn_id} failed: {event.data}")
+        committed = await self.last_run_model_commit(wall_started)
+        return (committed - wall_started) * 1000, observed
+
+    async def new_history(self) -> list[HistoryEventWire]:
+        events: list[HistoryEventWire] = []
+        while True:
+            page = await self.stack.client.get_history(
+                self.session_id, page_size=1000, page_token=str(self.last_event_id)
+            )
+            events.extend(page.events)
+            if page.events:
+                self.last_event_id = page.events[-1].event_id
+            if not page.next_page_token:
+                return events
+
+    async def last_run_model_commit(self, since: float) -> float:
+        # turn_completed is streamed just before RunModel's result commits: wait for the
+        # commit, then take the time of the turn's last RunModel from history.
+        await wait_for_agent_snapshot(
+            self.sessions,
+            self.session_id,
+            lambda snapshot: (
+                snapshot.state is not None
+                and snapshot.state.turn_count == self.turns
+                and snapshot.state.active_turn_id is None
+            ),
+            description="the end of the turn",
+        )
+        times: list[float] = [
+            event.event_time
+            for event in await self.new_history()
+            if event.type == "StepExecuteCompleted"
+            and event.event_time >= since
+            and msgspec.json.decode(event.payload).get("context", {}).get("stepType") == "RunModel"
+        ]
+        return max(times)
+
+
+async def breakdown(stack: AgentTestStack, session: Session) -> None:
+    """Print when each history event of one more turn committed, relative to its start."""
+    await session.new_history()
+    first = session.last_event_id
+    started = time.time()
+    engine, observed = await session.turn()
+    history = await stack.client.get_history(
+        session.session_id, page_size=1000, page_token=str(first)
+    )
+    print(
+        f"breakdown of one turn (engine {engine:.1f}ms, "
+        f"turn_completed read from the Stream after {observed:.1f}ms):"
+    )
+    previous = started
+    for event in history.events:
+        if event.event_time < started:
+            continue
+        payload = msgspec.json.decode(event.payload)
+        context = payload.get("context", {}) if isinstance(payload, dict) else {}
+        name = context.get("stepExecutionId") or (
+            payload.get("rpcName", "") if isinstance(payload, dict) else ""
+        )
+        duration = context.get("duration")
+        ran = f" (handler attempt {float(duration) * 1000:.1f}ms)" if duration else ""
+        print(
+            f"  {(event.event_time - started) * 1000:7.1f}ms "
+            f"+{(event.event_time - previous) * 1000:5.1f}ms {event.type} {name}{ran}"
+        )
+        previous = event.event_time
 
 
 async def message_count(session: Session) -> int:
     snapshot = await session.sessions.get_agent_snapshot(session.session_id)
     return snapshot.state.message_count if snapshot.state is not None else 0
+
+
+def summary(label: str, results: list[tuple[float, float]]) -> tuple[float, float]:
+    engine = statistics.median(r[0] for r in results)
+    observed = statistics.median(r[1] for r in results)
+    low, high = min(r[0] for r in results), max(r[0] for r in results)
+    print(
+        f"{label}: n={len(results)} engine median={engine:.1f}ms (min {low:.1f}, max "
+        f"{high:.1f}); turn_completed read from the Stream after {observed:.1f}ms (median)"
+    )
+    return engine, observed
 
 
 async def bench(args: argparse.Namespace) -> str:
@@ -124,18 +213,18 @@ async def bench(args: argparse.Namespace) -> str:
         sessions = stack.sessions(flow)
 
         # Warm up (imports, connection pools, SQLite pages).
-        warm = Session(sessions, "warm-up")
+        warm = Session(stack, sessions, "warm-up")
         await warm.start()
         for _ in range(3):
             await warm.turn()
 
-        fresh: list[float] = []
+        fresh: list[tuple[float, float]] = []
         for n in range(args.sessions):
-            session = Session(sessions, f"fresh-{n}")
+            session = Session(stack, sessions, f"fresh-{n}")
             await session.start()
             fresh.append(await session.turn())
 
-        long = Session(sessions, "long")
+        long = Session(stack, sessions, "long")
         await long.start()
         padding_started = time.perf_counter()
         while await message_count(long) < args.prior:
@@ -143,17 +232,11 @@ async def bench(args: argparse.Namespace) -> str:
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
         loaded = [await long.turn() for _ in range(args.turns)]
+        if args.breakdown:
+            await breakdown(stack, long)
 
-    zero = statistics.median(fresh)
-    thousand = statistics.median(loaded)
-    print(
-        f"fresh sessions: n={len(fresh)} median={zero:.1f}ms min={min(fresh):.1f}ms "
-        f"max={max(fresh):.1f}ms"
-    )
-    print(
-        f"long session: {prior} prior messages (built in {padding_s:.1f}s), n={len(loaded)} "
-        f"median={thousand:.1f}ms min={min(loaded):.1f}ms max={max(loaded):.1f}ms"
-    )
+    zero, _ = summary("0 prior messages", fresh)
+    thousand, _ = summary(f"{prior} prior messages (built in {padding_s:.1f}s)", loaded)
     return (
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
         f"ratio={thousand / zero:.2f} prior_messages={prior} fsync=on store=sqlite"
@@ -168,6 +251,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=15, help="fresh sessions (default 15)")
     parser.add_argument("--turns", type=int, default=15, help="turns at --prior (default 15)")
     parser.add_argument("--prior", type=int, default=1000, help="prior messages (default 1000)")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="print the Step timeline of one more turn"
+    )
     args = parser.parse_args()
     line = asyncio.run(bench(args))
     print(line)
