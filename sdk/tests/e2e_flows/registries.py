@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from dex import Registry
 
-from tests.e2e_flows import crash_flows, error_flows, rpc_flows, state_flows, step_flows, time_flows
+from tests.e2e_flows import (
+    crash_flows,
+    error_flows,
+    lifecycle_flows,
+    rpc_flows,
+    state_flows,
+    step_flows,
+    time_flows,
+)
 
 
 def all_flows() -> Registry:
@@ -22,6 +30,7 @@ def all_flows() -> Registry:
             *rpc_flows.FLOWS,
             *crash_flows.FLOWS,
             *error_flows.FLOWS,
+            *lifecycle_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )
