@@ -27,6 +27,11 @@ T = TypeVar("T")
 log = logging.getLogger("dex_server.store")
 
 _MAX_BATCH = 512
+# The writer never checkpoints (a checkpoint on the commit path stalls every Step behind
+# it); a checkpointer thread with its own connection copies the WAL back in the background
+# after this many commits, or after _CHECKPOINT_IDLE_S.
+_CHECKPOINT_EVERY_BATCHES = 256
+_CHECKPOINT_IDLE_S = 1.0
 
 
 def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
@@ -94,6 +99,9 @@ class SqliteStore:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: sqlite3.Connection | None = None
+        self._checkpointer: threading.Thread | None = None
+        self._checkpoint_wake = threading.Event()
+        self._stopping = False
         self.batches = 0
         self.jobs = 0
 
@@ -102,9 +110,15 @@ class SqliteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path, fsync=self.fsync)
         apply_migrations(self._conn)
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._loop = asyncio.get_running_loop()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
         self._thread.start()
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="dex-store-checkpointer", daemon=True
+        )
+        self._checkpointer.start()
 
     async def close(self) -> None:
         """Finish queued jobs, stop the writer thread and close the database."""
@@ -113,6 +127,11 @@ class SqliteStore:
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        self._stopping = True
+        self._checkpoint_wake.set()
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.join)
+            self._checkpointer = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -158,6 +177,23 @@ class SqliteStore:
                 batch.append(nxt)
             self._run_batch(conn, tx, batch)
 
+    def _checkpoint_loop(self) -> None:
+        conn = _connect(self.path, fsync=self.fsync)
+        try:
+            while not self._stopping:
+                self._checkpoint_wake.wait(_CHECKPOINT_IDLE_S)
+                self._checkpoint_wake.clear()
+                if self._stopping:
+                    break
+                try:
+                    # PASSIVE never blocks the writer; the WAL restarts from its beginning
+                    # at the writer's next transaction once everything was copied back.
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    log.warning("WAL checkpoint failed", exc_info=True)
+        finally:
+            conn.close()
+
     def _run_batch(
         self,
         conn: sqlite3.Connection,
@@ -167,6 +203,18 @@ class SqliteStore:
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if len(batch) == 1:
+                # a lone job needs no savepoint: if it raises, the whole transaction rolls back
+                job, fut = batch[0]
+                try:
+                    outcomes.append((fut, job(tx), None))
+                except Exception as exc:
+                    conn.execute("ROLLBACK")
+                    outcomes.append((fut, None, exc))
+                else:
+                    conn.execute("COMMIT")
+                self._done(outcomes)
+                return
             for job, fut in batch:
                 conn.execute("SAVEPOINT job")
                 try:
@@ -184,8 +232,13 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(fut, None, exc) for _, fut in batch]
+        self._done(outcomes)
+
+    def _done(self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
         self.batches += 1
-        self.jobs += len(batch)
+        self.jobs += len(outcomes)
+        if self.batches % _CHECKPOINT_EVERY_BATCHES == 0:
+            self._checkpoint_wake.set()
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_resolve, outcomes)
 
