@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from dex_agents import AgentInterrupt, AgentSnapshot, ToolCallStatus
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, tool_call_kind, wait_for_agent_snapshot
 
@@ -69,7 +70,7 @@ async def test_an_approval_deadline_expires_as_a_rejection(scenario: ScenarioFac
         await s.stack.start_worker()
         interrupt = await pending_refund(s, "deadline-1")
         assert interrupt.deadline is not None
-        assert interrupt.deadline - interrupt.created_at == 1.0
+        assert interrupt.deadline - interrupt.created_at == pytest.approx(1.0)
 
         snapshot = await wait_idle(s.sessions, "deadline-1", turns=1, timeout=20)
         assert snapshot.pending_interrupts == []
