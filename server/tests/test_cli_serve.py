@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -134,3 +135,19 @@ def test_server_rejects_other_databases(url: str, needle: str) -> None:
     )
     assert proc.returncode == 2
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_dev_reports_a_taken_port(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [*dexcli_cmd(), "dev", "--data-dir", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert proc.stderr.count("\n") == 1

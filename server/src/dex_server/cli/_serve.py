@@ -16,7 +16,7 @@ from typing import Any
 
 from dex_server.app import ServerConfig, serve
 from dex_server.cli._durations import human_duration, is_loopback, parse_duration
-from dex_server.cli._output import usage_error
+from dex_server.cli._output import EXIT_REQUEST_FAILED, CliError, usage_error
 
 ENGINES = ("zd",)
 
@@ -151,7 +151,14 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
     await asyncio.wait({server, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if server.done():
         waiter.cancel()
-        await server  # startup failed: raise its error
+        try:
+            await server  # startup failed: raise its error
+        except OSError as exc:  # typically the port is taken
+            raise CliError(
+                f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}",
+                code="UNAVAILABLE",
+                exit_code=EXIT_REQUEST_FAILED,
+            ) from exc
         return
     address = _listening_address(config)
     if banner:
