@@ -141,6 +141,9 @@ async def test_server_killed_and_restarted_loses_and_repeats_nothing_committed(
         gate = FileGate(tmp_path, f"{steps_tag}-gated")
         await gate.async_wait_until_reached(timeout=15)
 
+        # the 2 s Timer is still pending when the server dies
+        await wait_for_phase(client, timer_tag, "TimerWait", "waiting")
+        assert "timer-fired" not in [s for s, _, _ in _steps(tmp_path, timer_tag)]
         stack.server.kill()
         gate.release()  # GatedStep finishes while the server is down: its result is lost
         await stack.server.restart()
