@@ -58,25 +58,31 @@ async def flow_list(
 ) -> None:
     if status is not None and status not in STATUSES:
         raise usage_error(f"--status: expected one of {', '.join(STATUSES)}, got {status!r}")
-    flows: list[dict[str, Any]] = []
+    infos: list[dex.FlowInfo] = []
     token = page_token
     async with connect(conn) as client:
         while True:
             page = await client.list_flows(
                 flow_type=flow_type, status=status, page_size=page_size, page_token=token
             )
-            flows.extend(_flow_record(info) for info in page.flows)
+            infos.extend(page.flows)
             token = page.next_page_token or None
             if not fetch_all or token is None:
                 break
     if out.json:
-        out.emit_json({"flows": flows, "nextPageToken": token})
+        out.emit_json({"flows": [_flow_record(i) for i in infos], "nextPageToken": token})
         return
     rows = [
-        [f["flowId"], f["flowType"], f["status"], f["startedAt"], f.get("closedAt") or "-"]
-        for f in flows
+        [
+            info.flow_id,
+            info.flow_type,
+            info.status.value,
+            human_time(info.started_at.timestamp()),
+            human_time(info.closed_at.timestamp()) if info.closed_at else "-",
+        ]
+        for info in infos
     ]
-    out.table(None, ["FLOW ID", "TYPE", "STATUS", "STARTED", "CLOSED"], rows)
+    out.table(None, ["FLOW ID", "TYPE", "STATUS", "STARTED (UTC)", "CLOSED (UTC)"], rows)
     if token:
         out.line(f"more: --page-token {token} (or --all)")
 
@@ -100,8 +106,8 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
             ("Run ID", record["runId"]),
             ("Type", record["flowType"]),
             ("Status", record["status"]),
-            ("Started", human_time(state.info.started_at)),
-            ("Closed", human_time(state.info.closed_at)),
+            ("Started (UTC)", human_time(state.info.started_at)),
+            ("Closed (UTC)", human_time(state.info.closed_at)),
             ("Attributes", ", ".join(record["attributeNames"]) or "-"),
             (
                 "Channels",
@@ -119,6 +125,9 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
         ]
         for s in state.active_steps
     ]
+    if not rows:
+        out.line("No active Steps.")
+        return
     out.table("Active Steps", ["STEP EXECUTION", "PHASE", "ATTEMPT", "FROM", "LAST FAILURE"], rows)
 
 
@@ -152,7 +161,7 @@ def _event_row(event: HistoryEventWire) -> list[str]:
     duration = ctx.get("duration")
     if isinstance(duration, int | float):
         detail += f", {duration * 1000:.1f} ms"
-    return [str(event.event_id), human_time(event.event_time), event.type, what, detail]
+    return [str(event.event_id), human_time(event.event_time, short=True), event.type, what, detail]
 
 
 async def flow_history(
@@ -189,7 +198,7 @@ async def flow_history(
         return
     out.table(
         f"History of {flow_id} (run {run_id})",
-        ["ID", "TIME", "TYPE", "STEP / WHAT", "DETAIL"],
+        ["ID", "TIME (UTC)", "TYPE", "STEP / WHAT", "DETAIL"],
         [_event_row(e) for e in events],
     )
     if token:

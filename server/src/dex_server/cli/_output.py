@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -65,9 +66,11 @@ class Printer:
     def table(
         self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]
     ) -> None:
-        table = Table(title=title, show_lines=False, header_style="bold")
-        for column in columns:
-            table.add_column(column, overflow="fold")
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+        # Identifiers and times stay on one line; only the last column wraps.
+        for i, column in enumerate(columns):
+            last = i == len(columns) - 1
+            table.add_column(column, overflow="fold", no_wrap=not last)
         for row in rows:
             table.add_row(*row)
         self.console().print(table)
@@ -107,10 +110,12 @@ def rfc3339(unix_s: float | None) -> str | None:
     return stamp.replace("+00:00", "Z")
 
 
-def human_time(unix_s: float | None) -> str:
+def human_time(unix_s: float | None, *, short: bool = False) -> str:
+    """UTC time for tables; ``short`` drops the year (``11-29 08:50:35.123``)."""
     if unix_s is None:
         return "-"
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    fmt = "%m-%d %H:%M:%S.%f" if short else "%Y-%m-%d %H:%M:%S.%f"
+    return datetime.fromtimestamp(unix_s, UTC).strftime(fmt)[:-3]
 
 
 def camel(name: str) -> str:
