@@ -226,7 +226,27 @@ class Runtime:
             hb = inflight.heartbeat_value
             self._spawn(self._commit_failure(env, ref, result.error, hb))
             return
-        self._spawn(self._commit_result(env, ref, result))
+        if env.run_id in self._commit_holds:
+            self._spawn(self._commit_result(env, ref, result))
+            return
+        # hot path: queue the job straight to the writer, no task per result
+        self._submit_result(env, ref, result)
+
+    def _submit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
+        def job(tx: Tx) -> Effects:
+            return _steps.apply_step_result(tx, self.limits, self.specs, ref, result, time.time())
+
+        def done(fut: asyncio.Future[Effects]) -> None:
+            self.dispatcher.finished(env)
+            if fut.cancelled():
+                return
+            exc = fut.exception()
+            if exc is not None:
+                log.error("committing a Step result failed", exc_info=exc)
+                return
+            self.apply(fut.result())
+
+        self.store.submit(job).add_done_callback(done)
 
     async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
         hold = self._commit_holds.get(env.run_id)
