@@ -7,17 +7,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-DEXCLI = Path(sys.executable).parent / "dexcli"
-
-
-def dexcli_cmd() -> list[str]:
-    return [str(DEXCLI)] if DEXCLI.exists() else [sys.executable, "-m", "dex_server.cli"]
+from tests.test_cli import dexcli_cmd
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
