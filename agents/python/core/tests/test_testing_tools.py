@@ -275,3 +275,42 @@ async def test_scripted_tools_see_their_idempotency_key_and_may_fail(tmp_path: P
     )
     with pytest.raises(ToolExecutionError, match="nope"):
         await runner.execute_deferred_tool_call(broken_call)
+
+
+def test_the_exported_names_are_pinned() -> None:
+    import dex_agents.testing as testing
+
+    assert sorted(testing.__all__) == [
+        "AgentTestStack",
+        "EXECUTE_COMPLETED_EVENT",
+        "FileGate",
+        "InvocationLog",
+        "InvocationRecord",
+        "MODEL_CALL_KIND",
+        "ModelCall",
+        "ScriptedFailure",
+        "ScriptedModel",
+        "ScriptedModelError",
+        "ScriptedResponse",
+        "ScriptedRunner",
+        "ScriptedStep",
+        "ScriptedText",
+        "ScriptedTool",
+        "ScriptedToolCall",
+        "ScriptedToolCalls",
+        "ScriptedToolContext",
+        "ScriptedToolResult",
+        "SnapshotSource",
+        "StepHistoryEntry",
+        "WorkerHandle",
+        "current_tool_call",
+        "find_dexcli",
+        "parse_step_history",
+        "read_step_history",
+        "run_agent_worker",
+        "tool_call_kind",
+        "wait_for_agent_snapshot",
+        "wait_until",
+    ]
+    assert all(hasattr(testing, name) for name in testing.__all__)
+    assert testing.EXECUTE_COMPLETED_EVENT == "StepExecuteCompleted"

@@ -76,7 +76,10 @@ class AgentTestStack:
     fresh store under ``tmp_path`` (``dexcli`` from env ``DEXCLI``, else next to
     ``sys.executable``) with a free port, and opens an ``AsyncClient`` for ``flows``. On
     exit it stops every Worker (SIGTERM, then SIGKILL after 10 s), closes the Client and
-    stops the server. The store stays in ``tmp_path`` for post-mortem reading.
+    stops the server. The store stays in ``tmp_path`` for post-mortem reading, with the
+    server's and each Worker's output (``dex-server.log``, ``worker-<n>.log``). Our
+    ``dexcli dev --engine zd`` runs the engine in its own process, so no separate
+    ``dex-server-zd`` binary is needed.
 
     Args:
         tmp_path: a private directory for the store, logs and ready files.
