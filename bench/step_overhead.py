@@ -138,12 +138,15 @@ async def step_commit_times(client: dex.AsyncClient, flow_id: str) -> list[float
             return times
 
 
-async def sequential(client: dex.AsyncClient, steps: int) -> list[float]:
+async def sequential(client: dex.AsyncClient, steps: int) -> tuple[list[float], float]:
+    """Per-Step overheads from the server's commit times, and the client's wall ms/Step."""
+    started = time.perf_counter()
     flow_id = await run_chain(client, steps)
+    wall_ms = (time.perf_counter() - started) * 1000.0 / steps
     times = await step_commit_times(client, flow_id)
     if len(times) != steps:
         raise SystemExit(f"expected {steps} StepExecuteCompleted events, got {len(times)}")
-    return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)]
+    return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)], wall_ms
 
 
 async def concurrent(client: dex.AsyncClient, flows: int, steps: int) -> float:
@@ -163,7 +166,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         options = dex.ClientOptions(server_address=address, timeout=120.0)
         async with dex.AsyncClient(registry(), options=options) as client:
             await run_chain(client, 50)  # warm up both processes and the store
-            overheads = await sequential(client, args.steps)
+            load_before = os.getloadavg()[0]
+            overheads, wall_ms = await sequential(client, args.steps)
             steps_per_s = await concurrent(client, args.flows, args.flow_steps)
     finally:
         stop(worker)
@@ -173,9 +177,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     fsync = "off" if args.no_fsync else "on"
     print(
         f"sequential: {args.steps} Steps, overhead p50 {p50:.3f} ms, p95 {p95:.3f} ms, "
-        f"max {max(overheads):.3f} ms"
+        f"max {max(overheads):.3f} ms (client wall clock incl. start and wait: "
+        f"{wall_ms:.3f} ms/Step)"
     )
     print(f"concurrent: {args.flows} Flows x {args.flow_steps} Steps, {steps_per_s:.0f} Steps/s")
+    # the figures are only as good as the machine is quiet: other load skews them
+    print(f"load average (1 min) at start / end: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
         f"fsync={fsync} store=sqlite"
