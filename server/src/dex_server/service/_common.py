@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 from dex._protocol import ErrorCode, FlowSpec, RpcSpec, StepOptionsSpec, StepSpec, Task
 
-from dex_server.store import StoredValue, Tx
+from dex_server.store import ExecRecord, StoredValue, Tx
 
 DEFAULT_STREAM_CAPACITY = 10 * 1024 * 1024
 
@@ -105,6 +105,8 @@ class ReadyTask:
     heartbeat_timeout_s: float | None
     task: Task | None = None
     version: int = 0
+    record: ExecRecord | None = field(default=None, repr=False)
+    """The record as this job last wrote it (spares re-reading it to build the task)."""
 
 
 @dataclass(kw_only=True)

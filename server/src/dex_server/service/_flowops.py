@@ -70,15 +70,22 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
             timeout_s=opts.wait_for_timeout_s if kind == "wait_for" else opts.execute_timeout_s,
             heartbeat_timeout_s=opts.heartbeat_timeout_s,
             task=None,
+            record=e,
         )
     )
 
 
 def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
     """Snapshot tasks made ready by this job, after all its writes (pushed right away)."""
+    cancelled = set(eff.cancelled)
     for r in eff.ready:
         if r.run_id == flow.run_id and r.task is None and not r.locks:
-            e = tx.executions.get(flow.run_id, r.execution_id)
+            # schedule() wrote r.record and nothing changes a scheduled record afterwards
+            # in the same job unless it cancels it (then it is gone from the store)
+            if (r.run_id, r.execution_id) in cancelled:
+                e = tx.executions.get(flow.run_id, r.execution_id)
+            else:
+                e = r.record or tx.executions.get(flow.run_id, r.execution_id)
             if e is not None:
                 r.task = build_step_task(tx, flow, e)
                 r.version = flow.version

@@ -155,15 +155,21 @@ def apply_step_result(
         check_result_limits(tx, limits, flow, result)
         plan = None
         if result.decision is not None:
-            live = [
-                LiveExecution(
-                    execution_id=x.execution_id,
-                    step_type=x.step_type,
-                    from_execution_id=x.from_execution_id,
-                )
-                for x in tx.executions.of_run(flow.run_id)
-                if x.execution_id != e.execution_id
-            ]
+            # the other live executions matter only to cancellations
+            d = result.decision
+            live = (
+                [
+                    LiveExecution(
+                        execution_id=x.execution_id,
+                        step_type=x.step_type,
+                        from_execution_id=x.from_execution_id,
+                    )
+                    for x in tx.executions.of_run(flow.run_id)
+                    if x.execution_id != e.execution_id
+                ]
+                if d.cancel_steps or d.cancel_sibling_steps
+                else []
+            )
             plan = plan_decision(
                 result.decision,
                 current=LiveExecution(
