@@ -145,19 +145,17 @@ def _event_json(event: HistoryEventWire) -> dict[str, object]:
 
 def _event_row(event: HistoryEventWire) -> list[str]:
     payload = msgspec.json.decode(event.payload)
-    ctx = payload.get("context", {}) if isinstance(payload, dict) else {}
-    if not isinstance(ctx, dict):
-        ctx = {}
-    what = ctx.get("stepExecutionId") or ""
-    if event.type == "RpcExecutionCompleted" and isinstance(payload, dict):
+    payload = payload if isinstance(payload, dict) else {}
+    ctx = payload.get("context")
+    ctx = ctx if isinstance(ctx, dict) else {}
+    what = str(ctx.get("stepExecutionId") or "")
+    if event.type == "RpcExecutionCompleted":
         what = f"rpc {payload.get('rpcName', '')}"
-    elif event.type == "FlowClosed" and isinstance(payload, dict):
-        what = str(payload.get("status") or payload.get("flowStatus") or "")
-    elif event.type == "FlowStarted" and isinstance(payload, dict):
+    elif event.type == "FlowClosed":
+        what = str(payload.get("status", ""))
+    elif event.type == "FlowStarted":
         what = str(payload.get("startStepType") or payload.get("flowType") or "")
-    detail = ""
-    if ctx.get("finalAttempt") is not None:
-        detail = f"attempt {ctx['finalAttempt']}"
+    detail = f"attempt {ctx['finalAttempt']}" if "finalAttempt" in ctx else ""
     duration = ctx.get("duration")
     if isinstance(duration, int | float):
         detail += f", {duration * 1000:.1f} ms"
