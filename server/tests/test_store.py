@@ -4,8 +4,9 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
 from dex_server.store import FlowRecord, SqliteStore
-from dex_server.store.sqlite import apply_migrations
+from dex_server.store.sqlite import _store, apply_migrations
 
 
 def test_migrations_are_idempotent(tmp_path: Path) -> None:
@@ -45,3 +46,22 @@ async def test_group_commit_and_restart(tmp_path: Path) -> None:
     )
     assert len(flows) == 201
     await store2.close()
+
+
+async def test_wal_restarts_under_sustained_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_WAL_RESTART_FRAMES", 32)
+    monkeypatch.setattr(_store, "_CHECKPOINT_EVERY_BATCHES", 4)
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    rows = 600
+    for i in range(rows):  # one job per transaction: each appends at least one 4 KiB frame
+        flow = FlowRecord(run_id=f"r{i:04}", flow_id="x" * 3000, flow_type="T", started_at=0.0)
+        await store.run(lambda tx, f=flow: tx.flows.insert(f))  # type: ignore[misc]
+    wal = (tmp_path / "db-wal").stat().st_size
+    await store.close()
+    # without restarts the WAL would hold every frame written (over rows * 4 KiB)
+    assert wal < rows * 4096 // 2
+    conn = sqlite3.connect(tmp_path / "db")
+    assert conn.execute("SELECT count(*) FROM flows").fetchone() == (rows,)

@@ -27,11 +27,17 @@ T = TypeVar("T")
 log = logging.getLogger("dex_server.store")
 
 _MAX_BATCH = 512
-# The writer never checkpoints (a checkpoint on the commit path stalls every Step behind
-# it); a checkpointer thread with its own connection copies the WAL back in the background
-# after this many commits, or after _CHECKPOINT_IDLE_S.
-_CHECKPOINT_EVERY_BATCHES = 256
+# The writer does not auto-checkpoint (a checkpoint on the commit path stalls every Step
+# behind it); a checkpointer thread with its own connection copies the WAL back in the
+# background after this many commits, or after _CHECKPOINT_IDLE_S. Under sustained load
+# that copy never catches up with the writer, so the WAL could not restart and would grow
+# without bound: once it holds _WAL_RESTART_FRAMES, the writer checkpoints the (short,
+# not yet copied) tail itself between two transactions, and its next transaction starts
+# the WAL over from the beginning.
+_CHECKPOINT_EVERY_BATCHES = 64
 _CHECKPOINT_IDLE_S = 1.0
+_WAL_RESTART_FRAMES = 4096
+_WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
@@ -102,6 +108,7 @@ class SqliteStore:
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_wake = threading.Event()
         self._stopping = False
+        self._restart_due = False
         self.batches = 0
         self.jobs = 0
 
@@ -111,6 +118,7 @@ class SqliteStore:
         self._conn = _connect(self.path, fsync=self.fsync)
         apply_migrations(self._conn)
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
@@ -176,6 +184,17 @@ class SqliteStore:
                     break
                 batch.append(nxt)
             self._run_batch(conn, tx, batch)
+            if self._restart_due:
+                self._restart_wal(conn)
+
+    def _restart_wal(self, conn: sqlite3.Connection) -> None:
+        try:
+            busy, log_frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            log.warning("WAL checkpoint failed", exc_info=True)
+            return
+        # busy: the checkpointer was copying at the same time; try again after the next batch
+        self._restart_due = bool(busy) or done < log_frames
 
     def _checkpoint_loop(self) -> None:
         conn = _connect(self.path, fsync=self.fsync)
@@ -188,7 +207,9 @@ class SqliteStore:
                 try:
                     # PASSIVE never blocks the writer; the WAL restarts from its beginning
                     # at the writer's next transaction once everything was copied back.
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _, log_frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if log_frames >= _WAL_RESTART_FRAMES:
+                        self._restart_due = True
                 except sqlite3.Error:
                     log.warning("WAL checkpoint failed", exc_info=True)
         finally:
