@@ -93,7 +93,11 @@ class SqliteStore:
     Jobs (``Callable[[Tx], T]``) are queued to the writer thread. Jobs that arrive while a
     commit is in progress run together in the next transaction, each in its own savepoint
     (a job that raises rolls back only itself); every caller's future resolves after the
-    COMMIT. Reads go through the same thread, so they see every committed job.
+    COMMIT. Reads go through the same thread, so they see every committed job. A batch of
+    one job runs without a savepoint. WAL checkpoints run on a separate checkpointer
+    thread (its own connection), so the commit path never copies the WAL back; the writer
+    only checkpoints the uncopied tail itself when the WAL has grown large, so that it can
+    start over (see ``_WAL_RESTART_FRAMES``).
     """
 
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
