@@ -55,6 +55,7 @@ EXPECTED = {
     "TurnControlKind",
     "build_turn_failure_note",
     "build_turn_stopped_note",
+    "current_tool_execution",
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",

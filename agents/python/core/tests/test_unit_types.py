@@ -126,3 +126,47 @@ async def test_turn_context_reads_records_and_policies() -> None:
     await resumed.heartbeat()
     assert beats == [1]
     await asyncio.sleep(0)
+
+
+async def test_current_tool_execution_is_bound_only_inside_the_block() -> None:
+    from dex_agents import DeferredToolExecution, current_tool_execution
+    from dex_agents._runner import bind_tool_execution
+
+    record = AgentToolCall(
+        tool_call_id="c1",
+        turn_id="turn-1",
+        tool_name="refund",
+        arguments="{}",
+        effect=ToolEffect.IDEMPOTENT_WRITE,
+        requires_approval=False,
+        deferral_order=0,
+        status=ToolCallStatus.APPROVED,
+        idempotency_key="s-1/turn-1/c1",
+    )
+
+    async def no_heartbeat() -> None:
+        return None
+
+    call = DeferredToolExecution(
+        flow_id="s-1",
+        tool_call=record,
+        idempotency_key=record.idempotency_key,
+        attempt=1,
+        events=AgentEventWriter(
+            lambda event: None, turn_id="turn-1", step_execution_id="CallTool-1", attempt=1
+        ),
+        heartbeat=no_heartbeat,
+    )
+    seen: list[str | None] = []
+
+    async def tool() -> None:
+        here = current_tool_execution()
+        seen.append(here.idempotency_key if here else None)
+        in_thread = await asyncio.to_thread(current_tool_execution)
+        seen.append(in_thread.idempotency_key if in_thread else None)
+
+    assert current_tool_execution() is None
+    with bind_tool_execution(call):
+        await tool()
+    assert current_tool_execution() is None
+    assert seen == ["s-1/turn-1/c1", "s-1/turn-1/c1"]

@@ -61,6 +61,7 @@ from dex_agents._runner import (
     ToolExecutionError,
     ToolExecutionResult,
     TurnCompleted,
+    current_tool_execution,
 )
 from dex_agents._text import (
     InvalidRunnerOutputError,
@@ -124,6 +125,7 @@ __all__ = [
     "TurnControlKind",
     "build_turn_failure_note",
     "build_turn_stopped_note",
+    "current_tool_execution",
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",

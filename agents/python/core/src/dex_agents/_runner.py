@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -150,6 +152,32 @@ class DeferredToolExecution:
     attempt: int
     events: AgentEventWriter
     heartbeat: Heartbeat
+
+
+_CURRENT_TOOL_EXECUTION: ContextVar[DeferredToolExecution | None] = ContextVar(
+    "dex_agents_current_tool_execution", default=None
+)
+
+
+def current_tool_execution() -> DeferredToolExecution | None:
+    """Return the tool call this code runs for, or None outside a tool Step.
+
+    Use it inside a tool function (called from ``execute_deferred_tool_call``, in the same
+    task or a thread started with ``asyncio.to_thread``) to read the call's
+    ``idempotency_key`` and pass it to the service the tool writes to, without changing the
+    tool's signature. Each concurrent tool Step sees its own call.
+    """
+    return _CURRENT_TOOL_EXECUTION.get()
+
+
+@contextmanager
+def bind_tool_execution(call: DeferredToolExecution) -> Iterator[None]:
+    """Make ``call`` what :func:`current_tool_execution` returns inside the block."""
+    token = _CURRENT_TOOL_EXECUTION.set(call)
+    try:
+        yield
+    finally:
+        _CURRENT_TOOL_EXECUTION.reset(token)
 
 
 @runtime_checkable

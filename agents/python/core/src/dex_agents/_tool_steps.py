@@ -30,7 +30,7 @@ from msgspec.structs import replace
 from dex_agents._enums import AgentEventType, ToolCallStatus, ToolEffect
 from dex_agents._persistence import persistence
 from dex_agents._records import AgentToolCall
-from dex_agents._runner import DeferredToolExecution, ToolExecutionError
+from dex_agents._runner import DeferredToolExecution, ToolExecutionError, bind_tool_execution
 from dex_agents._session import (
     SessionParts,
     as_async,
@@ -218,16 +218,16 @@ class _RunToolStep(_ToolCallStep):
         await ctx.heartbeat(durable=True)
         try:
             async with runner_call(self._parts, ctx, record.turn_id) as writer:
-                result = await self._parts.runner.execute_deferred_tool_call(
-                    DeferredToolExecution(
-                        flow_id=ctx.flow_id,
-                        tool_call=record,
-                        idempotency_key=record.idempotency_key,
-                        attempt=ctx.attempt,
-                        events=writer,
-                        heartbeat=ctx.heartbeat,
-                    )
+                call = DeferredToolExecution(
+                    flow_id=ctx.flow_id,
+                    tool_call=record,
+                    idempotency_key=record.idempotency_key,
+                    attempt=ctx.attempt,
+                    events=writer,
+                    heartbeat=ctx.heartbeat,
                 )
+                with bind_tool_execution(call):
+                    result = await self._parts.runner.execute_deferred_tool_call(call)
         except ToolExecutionError as exc:
             finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=exc.message)
             return StepDecision.dead_end()
