@@ -1,0 +1,106 @@
+"""Responses input items <-> stored framework messages, and run-state decoding.
+
+A stored ``framework_item`` is exactly one ``TResponseInputItem`` as the SDK's
+``RunResult.to_input_list()`` gives it: a plain JSON object, fed back unchanged as the
+next turn's input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+from agents import Agent, RunState
+from agents.items import TResponseInputItem
+from dex_agents import AgentMessage, FrameworkMessage, MessageRole
+
+
+def user_message(text: str) -> FrameworkMessage:
+    """Return the stored form of a user message: ``{"role": "user", "content": text}``."""
+    item = {"role": "user", "content": text}
+    return FrameworkMessage(role=MessageRole.USER, framework_item=item, text=text)
+
+
+def input_items(messages: Iterable[AgentMessage]) -> list[TResponseInputItem]:
+    """Rebuild the SDK input from stored messages, in sequence order.
+
+    Raises:
+        ValueError: a stored item is not a JSON object (it was not written by this adapter).
+
+    """
+    items: list[TResponseInputItem] = []
+    for message in messages:
+        item = message.framework_item
+        if not isinstance(item, Mapping):
+            raise ValueError(
+                f"message {message.sequence} has no Responses input item: {item!r}; "
+                "was the session started with another runner?"
+            )
+        items.append(cast(TResponseInputItem, dict(item)))
+    return items
+
+
+def framework_messages(items: Sequence[TResponseInputItem]) -> list[FrameworkMessage]:
+    """Wrap new input items as ``FrameworkMessage`` s with their role and readable text."""
+    return [_framework_message(_plain(item)) for item in items]
+
+
+def _framework_message(item: dict[str, Any]) -> FrameworkMessage:
+    kind = item.get("type")
+    if kind == "function_call_output":
+        return FrameworkMessage(
+            role=MessageRole.TOOL, framework_item=item, text=_text(item.get("output"))
+        )
+    if item.get("role") == "user" and kind in (None, "message"):
+        return FrameworkMessage(
+            role=MessageRole.USER, framework_item=item, text=_text(item.get("content"))
+        )
+    if kind == "function_call":
+        text = f"{item.get('name')}({item.get('arguments', '')})"
+    elif kind == "reasoning":
+        text = _text(item.get("summary"))
+    else:
+        text = _text(item.get("content"))
+    return FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=item, text=text)
+
+
+def _plain(item: TResponseInputItem) -> dict[str, Any]:
+    # to_input_list() gives JSON-ready dicts; a round trip drops anything that is not.
+    return cast(dict[str, Any], json.loads(json.dumps(item, default=str)))
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [_text(part.get("text")) for part in value if isinstance(part, Mapping)]
+        return "".join(parts)
+    return json.dumps(value, default=str)
+
+
+def encode_run_state(state: RunState[Any, Any]) -> str:
+    """Serialize the SDK's ``RunState`` as compact JSON (the ``framework_run_state``)."""
+    # to_string() indents; the same JSON without whitespace is about a third smaller.
+    return json.dumps(state.to_json(), separators=(",", ":"))
+
+
+async def decode_run_state(
+    agent: Agent[Any], encoded: str, *, context: Any = None
+) -> RunState[Any, Agent[Any]]:
+    """Restore a ``RunState`` for ``agent`` (same name and tools as when it was saved).
+
+    Args:
+        agent: the agent the state belongs to.
+        encoded: the value :func:`encode_run_state` returned.
+        context: the app context to run with; None keeps the serialized one.
+
+    Raises:
+        agents.exceptions.UserError: the state does not fit the agent or this SDK version.
+
+    """
+    if context is None:
+        return await RunState.from_string(agent, encoded)
+    return await RunState.from_string(agent, encoded, context_override=context)
