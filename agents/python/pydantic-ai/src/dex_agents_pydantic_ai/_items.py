@@ -1,0 +1,166 @@
+"""Framework items <-> Pydantic AI messages, and the run state between model calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dex_agents import (
+    AgentMessage,
+    AgentToolCall,
+    AgentUsage,
+    FrameworkMessage,
+    MessageRole,
+    ToolCallStatus,
+    describe_tool_call_outcome,
+)
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import DeferredToolResults, ToolDenied
+
+RUN_STATE_FORMAT = "dex-pydantic-ai/1"
+
+
+def dump_message(message: ModelMessage) -> dict[str, Any]:
+    """Return one message as a JSON-compatible dict (the stored ``framework_item``)."""
+    dumped: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python([message], mode="json")
+    return dumped[0]
+
+
+def load_messages(items: Iterable[Any]) -> list[ModelMessage]:
+    """Validate stored ``framework_item`` s back into Pydantic AI messages."""
+    return list(ModelMessagesTypeAdapter.validate_python(list(items)))
+
+
+def history_of(messages: Sequence[AgentMessage]) -> list[ModelMessage]:
+    """Rebuild the model history from every stored message, in sequence order."""
+    return load_messages(message.framework_item for message in messages)
+
+
+def role_of(message: ModelMessage) -> MessageRole:
+    """Map a message to a stored role: responses are the assistant's, tool returns the tool's."""
+    if isinstance(message, ModelResponse):
+        return MessageRole.ASSISTANT
+    if any(isinstance(part, UserPromptPart) for part in message.parts):
+        return MessageRole.USER
+    return MessageRole.TOOL
+
+
+def text_of(message: ModelMessage) -> str:
+    """Human-readable text of a message for snapshots and UIs."""
+    lines: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart | UserPromptPart) and isinstance(part.content, str):
+            if part.content:
+                lines.append(part.content)
+        elif isinstance(part, ToolCallPart):
+            lines.append(f"[tool call] {part.tool_name}({part.args_as_json_str()})")
+        elif isinstance(part, ToolReturnPart):
+            lines.append(f"[{part.outcome}] {part.tool_name}: {part.model_response_str()}")
+    return "\n".join(lines)
+
+
+def to_framework_message(message: ModelMessage) -> FrameworkMessage:
+    """Wrap one Pydantic AI message for storage."""
+    return FrameworkMessage(
+        role=role_of(message), framework_item=dump_message(message), text=text_of(message)
+    )
+
+
+def user_request(text: str) -> ModelRequest:
+    """The request holding one user prompt (what ``build_user_message`` stores)."""
+    return ModelRequest(parts=[UserPromptPart(text)])
+
+
+def usage_of(response: ModelResponse | None) -> AgentUsage:
+    """Usage of one model call (zero when the step made none)."""
+    if response is None:
+        return AgentUsage()
+    usage = response.usage
+    return AgentUsage(
+        requests=1,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.input_tokens + usage.output_tokens,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """What continues a turn after its tool Steps.
+
+    Attributes:
+        messages: the turn's messages after its user request, as Pydantic AI produced
+            them (model responses, tool returns, retry requests).
+        deferred: the tool call IDs handed to the session, in model order.
+
+    """
+
+    messages: list[ModelMessage]
+    deferred: list[str]
+
+    def dump(self) -> str:
+        """Encode as a JSON string (never empty)."""
+        payload = {
+            "format": RUN_STATE_FORMAT,
+            "deferred": self.deferred,
+            "messages": ModelMessagesTypeAdapter.dump_python(self.messages, mode="json"),
+        }
+        return json.dumps(payload, separators=(",", ":"))
+
+    @classmethod
+    def load(cls, raw: str) -> RunState:
+        """Decode a string from :meth:`dump`.
+
+        Raises:
+            ValueError: the string is not a run state of this adapter's format.
+
+        """
+        payload = json.loads(raw)
+        if not isinstance(payload, dict) or payload.get("format") != RUN_STATE_FORMAT:
+            raise ValueError(f"not a {RUN_STATE_FORMAT} run state")
+        return cls(
+            messages=load_messages(payload["messages"]),
+            deferred=[str(tool_call_id) for tool_call_id in payload["deferred"]],
+        )
+
+
+def deferred_results(
+    deferred: Sequence[str], records: Mapping[str, AgentToolCall]
+) -> DeferredToolResults:
+    """Answer each deferred call from its final record, never by running the tool.
+
+    ``succeeded`` gives the recorded output; ``rejected`` goes through Pydantic AI's native
+    denial (``ToolDenied`` with the rejection message); every other final status gives
+    ``ToolFailed`` with ``describe_tool_call_outcome`` (providers see it on their error
+    channel).
+
+    Raises:
+        LookupError: a deferred call has no record.
+        ValueError: a record is not final.
+
+    """
+    results = DeferredToolResults()
+    for tool_call_id in deferred:
+        record = records.get(tool_call_id)
+        if record is None:
+            raise LookupError(f"no record for deferred tool call {tool_call_id!r}")
+        if record.status is ToolCallStatus.SUCCEEDED:
+            results.calls[tool_call_id] = record.output or ""
+        elif record.status is ToolCallStatus.REJECTED:
+            message = record.rejection_message or describe_tool_call_outcome(record)
+            results.approvals[tool_call_id] = ToolDenied(message)
+        else:
+            results.calls[tool_call_id] = ToolFailed(describe_tool_call_outcome(record))
+    return results
