@@ -54,6 +54,7 @@ class _Invocation:
         "deletes",
         "event_names",
         "events",
+        "fetched",
         "io",
         "kind",
         "locals",
@@ -93,11 +94,15 @@ class _Invocation:
         self.event_names: set[str] = set()
         self.buffers: list[BufferedText] = []
         self.yielded: dict[int, object] = {}  # frames a generator yielded, by id (kept alive)
+        # map instances read on demand (load_range / load_keys); None: read as unset
+        self.fetched: dict[str, bytes | None] = {}
 
     def read(self, physical: str) -> bytes | None:
         """Staged value, else snapshot value, else None (unset or deleted)."""
         if physical in self.writes:
             return self.writes[physical]
+        if physical in self.fetched:
+            return self.fetched[physical]
         raw = self.task.attributes.get(physical)
         return None if raw is None else bytes(raw)
 

@@ -16,14 +16,14 @@ from typing import Any, Protocol
 from msgspec import Raw
 
 from dex._context import AsyncContext, Context, _Invocation
-from dex._protocol import ErrorInfo, Task, TaskResult
+from dex._protocol import ErrorInfo, StateValues, Task, TaskResult
 from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput
 from dex.errors import DexError, InvalidStepResultError
 
-__all__ = ["TaskIO", "error_info", "invoke"]
+__all__ = ["StateReader", "TaskIO", "error_info", "invoke"]
 
 _MAX_STACK = 8192
 _NULL = b"null"
@@ -42,6 +42,31 @@ class TaskIO(Protocol):
 
     def is_cancelled(self) -> bool:
         """Whether the server cancelled this task."""
+        ...
+
+
+class StateReader(Protocol):
+    """Optional extra of a ``TaskIO``: on-demand reads of committed map instances.
+
+    A Worker's TaskIO implements it; an IO without ``read_state`` makes
+    ``AttributeMap.load_range`` / ``load_keys`` fail with ``DexError``.
+    """
+
+    async def read_state(
+        self,
+        map_name: str,
+        *,
+        names: list[str] | None,
+        start: str | None,
+        end: str | None,
+        limit: int | None,
+    ) -> StateValues:
+        """Ask the server; blob references in the answer are already resolved to values.
+
+        Raises:
+            DexServiceError: the server refused the read (unknown task, undeclared map).
+
+        """
         ...
 
 

@@ -282,7 +282,25 @@ class Reject(Struct, tag="reject", kw_only=True):
     reason: Literal["no_capacity", "unknown_name", "stopping"]
 
 
-WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject
+class ReadState(Struct, tag="read_state", kw_only=True, omit_defaults=True):
+    """On-demand read of committed AttributeMap instances by a running task.
+
+    Either ``names`` (physical instance names, point reads) or the physical-name range
+    ``[start, end)`` in byte order, at most ``limit`` instances (``None``: no limit).
+    ``start`` / ``end`` default to the whole map. The server answers ``StateValues`` with
+    the same ``request_id``.
+    """
+
+    task_id: str
+    request_id: int
+    map: str  # declared AttributeMap name
+    names: list[str] | None = None
+    start: str | None = None  # physical name, inclusive
+    end: str | None = None  # physical name, exclusive
+    limit: int | None = None
+
+
+WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject | ReadState
 
 
 class Registered(Struct, tag="registered", kw_only=True):
@@ -309,7 +327,24 @@ class RegisterRejected(Struct, tag="register_rejected", kw_only=True):
     message: str
 
 
-ServerFrame = Registered | TaskFrame | HeartbeatAck | CancelTask | RegisterRejected
+class StateValues(Struct, tag="state_values", kw_only=True, omit_defaults=True):
+    """Answer to ``ReadState``: committed values at read time, in physical-name order.
+
+    ``names`` lists every instance found (set), in order; each is in ``values`` (inline
+    JSON) or ``blob_refs`` (offloaded, fetch ``GET /v1/blobs/{hash}``). On failure
+    ``error_code`` / ``error`` say why and nothing else is set.
+    """
+
+    task_id: str
+    request_id: int
+    names: list[str] = []
+    values: dict[str, Raw] = {}
+    blob_refs: dict[str, str] = {}
+    error_code: str | None = None
+    error: str | None = None
+
+
+ServerFrame = Registered | TaskFrame | HeartbeatAck | CancelTask | RegisterRejected | StateValues
 
 # --------------------------------------------------------------------------- client API
 

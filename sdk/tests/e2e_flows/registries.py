@@ -12,6 +12,7 @@ from tests.e2e_flows import (
     crash_flows,
     error_flows,
     lifecycle_flows,
+    read_flows,
     rpc_flows,
     state_flows,
     step_flows,
@@ -31,6 +32,7 @@ def all_flows() -> Registry:
             *crash_flows.FLOWS,
             *error_flows.FLOWS,
             *lifecycle_flows.FLOWS,
+            *read_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

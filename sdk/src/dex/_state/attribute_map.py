@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from dex._state._common import (
     InstanceLoad,
@@ -12,10 +13,12 @@ from dex._state._common import (
     instance_name,
     invocation,
 )
-from dex.errors import AttributeMapNotLoadedError
+from dex._state._decoded import DECODED_CACHE
+from dex.errors import AttributeMapNotLoadedError, DexError
 
 if TYPE_CHECKING:
     from dex._context import Context, _Invocation
+    from dex._invoke import StateReader
 
 T = TypeVar("T")
 
@@ -27,6 +30,11 @@ class AttributeMap(Generic[T]):
     (``*_load_attribute_maps`` for the whole map, ``*_load_attribute_map_instances`` with
     ``amap.load(key)`` for single keys). Reading an instance that was not loaded raises
     ``AttributeMapNotLoadedError``; writing never needs a load. Keys are non-empty strings.
+
+    An ``async`` handler can also read instances on demand, while it runs, with
+    ``await amap.load_range(ctx, ...)`` or ``await amap.load_keys(ctx, keys)``: only what
+    it asks for travels, so a method that needs the tail of a large map does not load it
+    whole.
 
     Args:
         name: unique, non-empty, without ``/``.
@@ -44,6 +52,7 @@ class AttributeMap(Generic[T]):
         task = inv.task
         return (
             physical in inv.writes
+            or physical in inv.fetched
             or self.name in task.loaded_maps
             or physical in task.loaded_map_instances
         )
@@ -65,8 +74,107 @@ class AttributeMap(Generic[T]):
         data = inv.read(physical)
         if data is None:
             return None
+        if physical in inv.fetched and physical not in inv.writes:
+            shared: T = DECODED_CACHE.decode(self.value_type, inv.codec, data)
+            return shared
         value: T = inv.codec(self.value_type).decode(data)
         return value
+
+    async def load_range(
+        self,
+        ctx: Context,
+        start_key: str | None = None,
+        end_key: str | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[tuple[str, T]]:
+        """Read committed instances with ``start_key <= key < end_key`` from the server now.
+
+        For ``async`` Step methods and RPCs whose map is too large to load whole. The
+        Worker asks the server over its connection; the instances found become readable
+        with :meth:`get` for the rest of this invocation (keys in the range that are not
+        returned stay "not loaded", unless the map was loaded otherwise).
+
+        Order and bounds compare the URL-quoted keys (the physical names) byte by byte:
+        for keys made of ASCII letters, digits and ``-._~`` this is plain lexical order.
+        Use fixed-width keys (zero-padded numbers) to read numeric ranges.
+
+        Consistency: the values are the committed state when the server reads them, not
+        the task's snapshot, and they do not include this invocation's staged writes.
+        Instances written only by the Flow's own Steps one after another (an append-only
+        log, for instance) read consistently; concurrent writers may be seen half-way.
+        Values of frozen types (frozen msgspec Structs or dataclasses, scalars) are
+        decoded once per Worker process and shared, so do not mutate their contents.
+
+        Args:
+            ctx: the running handler's context.
+            start_key: first key (inclusive); ``None`` starts at the map's first key.
+            end_key: end key (exclusive); ``None`` runs to the map's last key.
+            limit: at most this many instances (``None``: no limit).
+
+        Returns:
+            ``(key, value)`` pairs in key order.
+
+        Raises:
+            DexError: outside a handler run by a Worker, or ``limit < 1``.
+            FlowNotActiveOrNotFoundError: the task is no longer running on the server.
+            BadRequestError: the map is not declared in the Flow the server knows.
+
+        """
+        if limit is not None and limit < 1:
+            raise DexError(f"limit must be at least 1, got {limit}")
+        inv, reader = self._reader(ctx)
+        start = instance_name(self.name, start_key) if start_key is not None else None
+        end = instance_name(self.name, end_key) if end_key is not None else None
+        answer = await reader.read_state(self.name, names=None, start=start, end=end, limit=limit)
+        out: list[tuple[str, T]] = []
+        for physical in answer.names:
+            data = bytes(answer.values[physical])
+            inv.fetched[physical] = data
+            value: T = DECODED_CACHE.decode(self.value_type, inv.codec, data)
+            out.append((instance_key(physical), value))
+        return out
+
+    async def load_keys(self, ctx: Context, keys: Iterable[str]) -> dict[str, T | None]:
+        """Read the committed values of ``keys`` from the server now (None when unset).
+
+        Like :meth:`load_range` (same consistency and sharing), for known keys: every key
+        becomes readable with :meth:`get` for the rest of this invocation.
+
+        Returns:
+            Each requested key with its value, or None when it is unset.
+
+        Raises:
+            DexError: outside a handler run by a Worker.
+            FlowNotActiveOrNotFoundError: the task is no longer running on the server.
+            BadRequestError: the map is not declared in the Flow the server knows.
+
+        """
+        inv, reader = self._reader(ctx)
+        physical = {key: instance_name(self.name, key) for key in keys}
+        if not physical:
+            return {}
+        names = list(dict.fromkeys(physical.values()))
+        answer = await reader.read_state(self.name, names=names, start=None, end=None, limit=None)
+        out: dict[str, T | None] = {}
+        for key, name in physical.items():
+            raw = answer.values.get(name)
+            data = None if raw is None else bytes(raw)
+            inv.fetched[name] = data
+            if data is None:
+                out[key] = None
+            else:
+                out[key] = DECODED_CACHE.decode(self.value_type, inv.codec, data)
+        return out
+
+    def _reader(self, ctx: Context) -> tuple[_Invocation, StateReader]:
+        inv = invocation(ctx, self, "attribute_map")
+        reader = getattr(inv.io, "read_state", None)
+        if reader is None:
+            raise DexError(
+                f"AttributeMap {self.name!r}: on-demand reads need a handler run by a Worker"
+            )
+        return inv, cast("StateReader", inv.io)
 
     def set(self, ctx: Context, key: str, value: T | None) -> None:
         """Stage a new value for ``key`` (``None`` deletes it)."""

@@ -24,10 +24,12 @@ from dex._protocol import (
     ErrorInfo,
     Heartbeat,
     HeartbeatAck,
+    ReadState,
     Registered,
     RegisterRejected,
     Reject,
     ResultFrame,
+    StateValues,
     StreamWrite,
     Task,
     TaskFrame,
@@ -35,6 +37,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
+from dex.errors import error_from_code
 
 if TYPE_CHECKING:
     from dex._worker._async_worker import AsyncWorker
@@ -77,6 +80,27 @@ class _TaskIO:
         self._session.send(frame)
         await ack
 
+    async def read_state(
+        self,
+        map_name: str,
+        *,
+        names: list[str] | None,
+        start: str | None,
+        end: str | None,
+        limit: int | None,
+    ) -> StateValues:
+        return await self._session.read_state(
+            ReadState(
+                task_id=self.task_id,
+                request_id=0,
+                map=map_name,
+                names=names,
+                start=start,
+                end=end,
+                limit=limit,
+            )
+        )
+
     def stream_write(self, stream: str, value: bytes) -> None:
         self._session.send(StreamWrite(task_id=self.task_id, stream=stream, value=Raw(value)))
 
@@ -93,6 +117,8 @@ class Session:
         self._flushed = asyncio.Event()
         self._flushed.set()
         self._acks: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._reads: dict[int, asyncio.Future[StateValues]] = {}
+        self._read_ids = 0
         self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
         self._steps_running = 0
         self._idle = asyncio.Event()
@@ -143,6 +169,10 @@ class Session:
             ack = self._acks.pop((frame.task_id, frame.seq), None)
             if ack is not None and not ack.done():
                 ack.set_result(None)
+        elif isinstance(frame, StateValues):
+            read = self._reads.pop(frame.request_id, None)
+            if read is not None and not read.done():
+                read.set_result(frame)
         elif isinstance(frame, CancelTask):
             self._cancel(frame.task_id)
         else:
@@ -219,6 +249,11 @@ class Session:
                 ack.set_exception(SessionLost("connection to the Dex server lost"))
                 ack.exception()
         self._acks.clear()
+        for read in self._reads.values():
+            if not read.done():
+                read.set_exception(SessionLost("connection to the Dex server lost"))
+                read.exception()
+        self._reads.clear()
         for task_id in list(self._tasks):
             self._cancel(task_id)
 
@@ -239,6 +274,37 @@ class Session:
         else:
             self._acks[(task_id, seq)] = fut
         return fut
+
+    async def read_state(self, request: ReadState) -> StateValues:
+        """Send ``request`` (with a fresh request ID) and return the server's answer.
+
+        Blob references in the answer are resolved into ``values``.
+
+        Raises:
+            SessionLost: the connection closed before the answer.
+            DexServiceError: the server refused the read.
+
+        """
+        if self._closed:
+            raise SessionLost("connection to the Dex server lost")
+        self._read_ids += 1
+        request.request_id = self._read_ids
+        fut: asyncio.Future[StateValues] = asyncio.get_running_loop().create_future()
+        self._reads[request.request_id] = fut
+        try:
+            self.send(request)
+            answer = await fut
+        finally:
+            self._reads.pop(request.request_id, None)
+        if answer.error_code is not None:
+            raise error_from_code(answer.error_code, answer.error or "state read refused")
+        if answer.blob_refs:
+            refs = list(answer.blob_refs.items())
+            blobs = await asyncio.gather(*(self._worker.blobs.get(h) for _, h in refs))
+            for (name, _), data in zip(refs, blobs, strict=True):
+                answer.values[name] = Raw(data)
+            answer.blob_refs = {}
+        return answer
 
     async def _write_loop(self) -> None:
         out = self._out

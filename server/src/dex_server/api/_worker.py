@@ -11,6 +11,7 @@ import msgspec
 from dex._protocol import (
     PROTOCOL_VERSION,
     Heartbeat,
+    ReadState,
     Register,
     Registered,
     RegisterRejected,
@@ -25,6 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from dex_server.dispatch import WorkerConn
 from dex_server.service import Runtime
 from dex_server.service._common import ServiceError
+from dex_server.service._reads import read_state
 
 log = logging.getLogger("dex_server.worker")
 
@@ -142,5 +144,7 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
                 )
             except ServiceError as exc:
                 log.info("stream write dropped: %s", exc.message)
+        elif isinstance(frame, ReadState):
+            runtime._spawn(read_state(runtime, conn, frame))
         elif isinstance(frame, Reject):
             runtime.dispatcher.reject(conn, frame.task_id)

@@ -188,6 +188,19 @@ class SqliteState:
         )
         return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
 
+    def of_range(
+        self, run_id: str, map_name: str, start: str | None, end: str | None, limit: int | None
+    ) -> list[tuple[str, StoredValue]]:
+        # a map's instances are "<map>/..." names: "<map>0" is the first name after them
+        low = start if start is not None and start > map_name + "/" else map_name + "/"
+        high = end if end is not None and end < map_name + "0" else map_name + "0"
+        rows = self.c.execute(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name>=?"
+            " AND name<? ORDER BY name LIMIT ?",
+            (run_id, low, high, -1 if limit is None else limit),
+        )
+        return [(r[0], self._value(r[1], r[2], r[3])) for r in rows]
+
     def names(self, run_id: str) -> list[str]:
         rows = self.c.execute("SELECT name FROM attributes WHERE run_id=? ORDER BY name", (run_id,))
         return [r[0] for r in rows]

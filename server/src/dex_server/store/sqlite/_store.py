@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import sqlite3
@@ -98,6 +99,11 @@ class SqliteStore:
     thread (its own connection), so the commit path never copies the WAL back; the writer
     only checkpoints the uncopied tail itself when the WAL has grown large, so that it can
     start over (see ``_WAL_RESTART_FRAMES``).
+
+    ``read(job)`` is a second path for read-only jobs on a hot path (a running task reading
+    state on demand): a reader thread with its own connection runs them in a read
+    transaction, so they neither queue behind the writer nor wait for its commits, and
+    see every transaction committed before they start.
     """
 
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
@@ -113,6 +119,8 @@ class SqliteStore:
         self._checkpoint_wake = threading.Event()
         self._stopping = False
         self._restart_due = False
+        self._reader_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reader: tuple[sqlite3.Connection, Tx] | None = None
         self.batches = 0
         self.jobs = 0
 
@@ -131,11 +139,18 @@ class SqliteStore:
             target=self._checkpoint_loop, name="dex-store-checkpointer", daemon=True
         )
         self._checkpointer.start()
+        self._reader_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="dex-store-reader"
+        )
 
     async def close(self) -> None:
         """Finish queued jobs, stop the writer thread and close the database."""
         if self._thread is None:
             return
+        if self._reader_pool is not None:
+            pool, self._reader_pool = self._reader_pool, None
+            await asyncio.get_running_loop().run_in_executor(pool, self._close_reader)
+            pool.shutdown(wait=True)
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -159,19 +174,37 @@ class SqliteStore:
         """Run ``job`` in a transaction and return its result."""
         return await self.submit(job)
 
+    async def read(self, job: Callable[[Tx], T]) -> T:
+        """Run the read-only ``job`` on the reader thread and return its result.
+
+        The job must not write. It sees one consistent snapshot of everything committed
+        before it started.
+        """
+        assert self._reader_pool is not None, "store is not open"
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reader_pool, self._read_job, job
+        )
+
+    def _read_job(self, job: Callable[[Tx], T]) -> T:
+        if self._reader is None:
+            conn = _connect(self.path, fsync=self.fsync)
+            self._reader = (conn, _repos(conn))
+        conn, tx = self._reader
+        conn.execute("BEGIN")
+        try:
+            return job(tx)
+        finally:
+            conn.execute("ROLLBACK")
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader[0].close()
+            self._reader = None
+
     def _run(self) -> None:
         conn = self._conn
         assert conn is not None
-        tx = Tx(
-            flows=SqliteFlows(conn),
-            specs=SqliteSpecs(conn),
-            executions=SqliteExecutions(conn),
-            state=SqliteState(conn),
-            channels=SqliteChannels(conn),
-            timers=SqliteTimers(conn),
-            history=SqliteHistory(conn),
-            blobs=SqliteBlobs(conn),
-        )
+        tx = _repos(conn)
         stopping = False
         while not stopping:
             item = self._queue.get()
@@ -276,3 +309,16 @@ def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None
             fut.set_exception(exc)
         else:
             fut.set_result(result)
+
+
+def _repos(conn: sqlite3.Connection) -> Tx:
+    return Tx(
+        flows=SqliteFlows(conn),
+        specs=SqliteSpecs(conn),
+        executions=SqliteExecutions(conn),
+        state=SqliteState(conn),
+        channels=SqliteChannels(conn),
+        timers=SqliteTimers(conn),
+        history=SqliteHistory(conn),
+        blobs=SqliteBlobs(conn),
+    )
