@@ -74,10 +74,9 @@ def test_flow_shape_matches_the_seeds() -> None:
     assert rpcs["send_user_message"].is_transactional
     assert rpcs["resolve_interrupt"].locks == ["PendingInterrupts"]
     assert not rpcs["get_agent_snapshot"].is_transactional
-    assert set(rpcs["get_agent_snapshot"].loads.attribute_maps) == {
-        "AgentMessages",
-        "AgentToolCalls",
-    }
+    # messages are read on demand (only the last 200 keys), never loaded whole
+    assert set(rpcs["get_agent_snapshot"].loads.attribute_maps) == {"AgentToolCalls"}
+    assert not rpcs["list_agent_messages"].loads.attribute_maps
     streams = [d for d in flow_spec.state if d.kind == "stream"]
     assert [(d.name, d.stream_capacity_bytes) for d in streams] == [("AgentEvents", 4096)]
 
@@ -95,7 +94,8 @@ def test_run_model_timeouts_retries_and_failure_route() -> None:
     assert options.execute_retry.maximum_attempts == 3
     assert options.execute_retry.total_duration_s == 30 * 60
     assert options.execute_failure_step == "RecordTurnFailure"
-    assert set(options.execute_loads.attribute_maps) == {"AgentMessages", "AgentToolCalls"}
+    # the history is read incrementally on demand (AttributeMap.load_range), not loaded whole
+    assert set(options.execute_loads.attribute_maps) == {"AgentToolCalls"}
 
 
 def test_tool_steps_retry_policies_and_routes() -> None:

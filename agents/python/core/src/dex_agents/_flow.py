@@ -145,17 +145,17 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """
         return resolve_interrupt(context, input)
 
-    @rpc(load_attribute_maps=(persistence.AgentMessages, persistence.AgentToolCalls))
+    @rpc(load_attribute_maps=(persistence.AgentToolCalls,))
     async def get_agent_snapshot(self, context: Context) -> AgentSnapshot:
         """Return the session's snapshot; also served by retained closed sessions."""
-        return get_agent_snapshot(context)
+        return await get_agent_snapshot(context)
 
-    @rpc(load_attribute_maps=(persistence.AgentMessages,))
+    @rpc
     async def list_agent_messages(
         self, context: Context, input: ListAgentMessagesRequest
     ) -> AgentMessagesPage:
         """Return stored messages after ``input.after_sequence``, oldest first (1..200)."""
-        return list_agent_messages(context, input)
+        return await list_agent_messages(context, input)
 
     @rpc(
         lock_attributes=_STOP_LOCKS,

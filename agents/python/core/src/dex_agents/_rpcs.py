@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from dex import Context
 
 from dex_agents._enums import AgentStatus, ToolCallStatus, TurnControlKind
+from dex_agents._history import read_messages
 from dex_agents._persistence import persistence
 from dex_agents._records import (
     AgentInterruptResolution,
-    AgentMessage,
     AgentMessagesPage,
     AgentSnapshot,
     AgentUsage,
@@ -21,7 +21,7 @@ from dex_agents._records import (
     TurnControl,
 )
 from dex_agents._session import all_tool_calls, finish_tool_call, pending_interrupts
-from dex_agents._text import is_blank, message_sequence_key
+from dex_agents._text import SEQUENCE_KEY_DIGITS, is_blank, message_sequence_key
 
 SNAPSHOT_MESSAGES = 200
 MAX_PAGE = 200
@@ -59,22 +59,17 @@ def resolve_interrupt(ctx: Context, request: ResolveInterruptRequest) -> bool:
     return True
 
 
-def _message_keys(ctx: Context) -> list[str]:
-    return persistence.AgentMessages.get_all_instance_keys(ctx)
+async def get_agent_snapshot(ctx: Context) -> AgentSnapshot:
+    """State, last 200 messages, pending interrupts, the turn's tool calls, usage, queue.
 
-
-def _messages(ctx: Context, keys: list[str]) -> list[AgentMessage]:
-    out = [persistence.AgentMessages.get(ctx, key) for key in keys]
-    return [m for m in out if m is not None]
-
-
-def get_agent_snapshot(ctx: Context) -> AgentSnapshot:
-    """State, last 200 messages, pending interrupts, the turn's tool calls, usage, queue."""
-    keys = _message_keys(ctx)
+    Reads only the last 200 ``AgentMessages`` keys (by ``AgentState.message_count``).
+    """
+    state = persistence.AgentState.get(ctx)
+    count = state.message_count if state is not None else 0
     return AgentSnapshot(
         session_id=ctx.flow_id,
-        state=persistence.AgentState.get(ctx),
-        messages=_messages(ctx, keys[-SNAPSHOT_MESSAGES:]),
+        state=state,
+        messages=await read_messages(ctx, count - SNAPSHOT_MESSAGES + 1, count),
         pending_interrupts=pending_interrupts(ctx),
         tool_calls=all_tool_calls(ctx),
         usage=persistence.AgentUsage.get(ctx) or AgentUsage(),
@@ -82,14 +77,20 @@ def get_agent_snapshot(ctx: Context) -> AgentSnapshot:
     )
 
 
-def list_agent_messages(ctx: Context, request: ListAgentMessagesRequest) -> AgentMessagesPage:
-    """Messages after ``after_sequence``, oldest first; ``limit`` clamped to 1..200."""
+async def list_agent_messages(ctx: Context, request: ListAgentMessagesRequest) -> AgentMessagesPage:
+    """Messages after ``after_sequence``, oldest first; ``limit`` clamped to 1..200.
+
+    Reads only the page's keys (and one more, to know whether another page follows).
+    """
     limit = min(max(request.limit, 1), MAX_PAGE)
-    after = max(request.after_sequence, 0)
-    first = message_sequence_key(after + 1) if after + 1 < 10**12 else None
-    keys = [k for k in _message_keys(ctx) if first is not None and k >= first]
-    page = _messages(ctx, keys[:limit])
-    more = len(keys) > limit and bool(page)
+    first = max(request.after_sequence, 0) + 1
+    if first >= 10**SEQUENCE_KEY_DIGITS:
+        return AgentMessagesPage(messages=[], next_after_sequence=None)
+    rows = await persistence.AgentMessages.load_range(
+        ctx, message_sequence_key(first), limit=limit + 1
+    )
+    page = [message for _, message in rows[:limit]]
+    more = len(rows) > limit and bool(page)
     return AgentMessagesPage(messages=page, next_after_sequence=page[-1].sequence if more else None)
 
 

@@ -88,13 +88,6 @@ async def runner_call(
         writer.close()
 
 
-def all_messages(ctx: Context) -> list[AgentMessage]:
-    """Every stored message in sequence order (needs the whole map loaded)."""
-    amap = persistence.AgentMessages
-    out = [amap.get(ctx, key) for key in amap.get_all_instance_keys(ctx)]
-    return [m for m in out if m is not None]
-
-
 def all_tool_calls(ctx: Context) -> list[AgentToolCall]:
     """Every tool call record of the active turn, in deferral order (whole map loaded)."""
     amap = persistence.AgentToolCalls

@@ -26,6 +26,7 @@ from dex import (
 from msgspec.structs import replace
 
 from dex_agents._enums import AgentEventType, AgentStatus, ToolCallStatus, TurnControlKind
+from dex_agents._history import session_messages
 from dex_agents._persistence import persistence
 from dex_agents._policy import is_approval_required
 from dex_agents._records import (
@@ -39,7 +40,6 @@ from dex_agents._records import (
 from dex_agents._runner import AgentTurnContext, ToolCallsRequested, TurnCompleted
 from dex_agents._session import (
     SessionParts,
-    all_messages,
     all_tool_calls,
     append_messages,
     as_async,
@@ -202,7 +202,7 @@ class RunModel(_TurnStep):
             execute_retry=RetryPolicy(
                 maximum_attempts=RUN_MODEL_ATTEMPTS, total_duration=RUN_MODEL_RETRY_WINDOW
             ),
-            execute_load_attribute_maps=(persistence.AgentMessages, persistence.AgentToolCalls),
+            execute_load_attribute_maps=(persistence.AgentToolCalls,),
         ).on_execute_failure_proceed_to(RecordTurnFailure, RecordTurnFailure.options())
 
     async def execute(self, context: Context, input: None) -> StepDecision:
@@ -221,7 +221,7 @@ class RunModel(_TurnStep):
                     flow_id=ctx.flow_id,
                     turn_id=turn_id,
                     attempt=ctx.attempt,
-                    messages=all_messages(ctx),
+                    messages=await session_messages(ctx, state.message_count),
                     framework_run_state=persistence.FrameworkRunState.get(ctx),
                     tool_calls=by_id,
                     events=writer,
