@@ -7,7 +7,9 @@ second model call that answers. Model and tools are instant (a scripted model), 
 time from ``send_user_message`` until the ``turn_completed`` event arrives on the
 AgentEvents Stream is engine overhead: RPC, Step dispatch, commits, state loading,
 Stream delivery. Server (``dexcli dev``, SQLite, fsync on) and Worker run as separate
-processes, like in production.
+processes, like in production. ``--no-fsync`` runs the server with env
+``DEX_SERVER_FSYNC=0`` (SQLite ``synchronous=NORMAL``): the engine without the disk's
+flush latency, which on a shared disk is noisy and dominates the figures.
 
 * ``overhead_ms_0``: median over the first turns of fresh sessions (no prior messages).
 * ``overhead_ms_1000``: median over turns of one session that already holds at least
@@ -239,7 +241,8 @@ async def bench(args: argparse.Namespace) -> str:
     thousand, _ = summary(f"{prior} prior messages (built in {padding_s:.1f}s)", loaded)
     return (
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
-        f"ratio={thousand / zero:.2f} prior_messages={prior} fsync=on store=sqlite"
+        f"ratio={thousand / zero:.2f} prior_messages={prior} "
+        f"fsync={'off' if args.no_fsync else 'on'} store=sqlite"
     )
 
 
@@ -254,7 +257,12 @@ def main() -> None:
     parser.add_argument(
         "--breakdown", action="store_true", help="print the Step timeline of one more turn"
     )
+    parser.add_argument(
+        "--no-fsync", action="store_true", help="run the server without fsync (DEX_SERVER_FSYNC=0)"
+    )
     args = parser.parse_args()
+    if args.no_fsync:
+        os.environ["DEX_SERVER_FSYNC"] = "0"  # the server child inherits it
     line = asyncio.run(bench(args))
     print(line)
     sys.stdout.flush()

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
@@ -44,7 +44,9 @@ class ServerConfig:
         dispatch_wait_s: how long a task may wait while no connected Worker accepts its
             Flow type before it fails with ``NO_WORKER_AVAILABLE``.
         fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
-            ``False`` uses ``NORMAL`` (survives process crashes only).
+            ``False`` uses ``NORMAL`` (survives process crashes only). Defaults to
+            ``True`` unless env ``DEX_SERVER_FSYNC`` is ``0`` (for benchmarks that
+            measure the engine without the disk's flush latency).
         retention_sweep_interval_s: period of the retention sweep.
         log_level: uvicorn / ``logging`` level name.
 
@@ -61,7 +63,7 @@ class ServerConfig:
     max_value_bytes: int = 4 * _MIB
     max_flow_state_bytes: int = 64 * _MIB
     dispatch_wait_s: float = 10.0
-    fsync: bool = True
+    fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
 
