@@ -41,7 +41,7 @@ ORDERS = {1042: {"order_id": 1042, "item": "espresso machine", "total": 249}}
 # Scenarios: which gates exist and how issue_refund is governed.
 GATED_TOOLS = {"crash_tools": ("lookup_order", "add_note", "issue_refund")}
 MODEL_GATES = {"crash_model": "model-turn-1-call-0"}
-NO_APPROVAL_SCENARIOS = {"parallel", "crash_tools", "crash_model"}
+NO_APPROVAL_SCENARIOS = {"parallel", "crash_tools", "crash_model", "multi_turn"}
 
 
 def tool_kind(name: str) -> str:
@@ -108,7 +108,8 @@ class SupportDesk:
             return FakeReply(text="Hello! How can I help?", thinking="A greeting.")
         if call.call_index == 0 and "remember" in text:
             seen = call.saw_text("espresso machine")
-            return f"Earlier you asked about the espresso machine: {seen}."
+            count = len(call.messages)
+            return f"Earlier you asked about the espresso machine: {seen} ({count} messages)."
         if call.call_index == 0:
             amount = CRASH_AMOUNT if "crash" in text else 249
             return FakeReply(
@@ -126,7 +127,7 @@ class SupportDesk:
                 ],
             )
         results = "; ".join(
-            f"{part.tool_name}[{part.outcome}]={part.model_response_str()}"
+            f"{part.tool_name}[{part.outcome}]={part.model_response_str(wrap_if_error=False)}"
             for part in call.tool_returns()
         )
         return f"Done. The order is an espresso machine. Results: {results}"
