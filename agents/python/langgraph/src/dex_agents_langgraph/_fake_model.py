@@ -233,7 +233,7 @@ def _describe_call(messages: Sequence[BaseMessage]) -> FakeModelCall:
         messages=list(messages),
         turn_index=max(len(humans) - 1, 0),
         call_index=sum(isinstance(m, AIMessage) for m in since),
-        user_text=messages[last_human].text if last_human >= 0 else "",
+        user_text=str(messages[last_human].text) if last_human >= 0 else "",
         tool_results=results,
     )
 

@@ -42,7 +42,9 @@ class RunStateError(ValueError):
 def to_framework_message(message: BaseMessage) -> FrameworkMessage:
     """Convert one LangChain message to the item the session stores."""
     role = _ROLES.get(message.type, MessageRole.SYSTEM)
-    return FrameworkMessage(role=role, framework_item=message_to_dict(message), text=message.text)
+    return FrameworkMessage(
+        role=role, framework_item=message_to_dict(message), text=str(message.text)
+    )
 
 
 def from_stored(messages: Sequence[AgentMessage]) -> list[BaseMessage]:

@@ -27,7 +27,7 @@ def _pieces(message: AIMessage) -> list[tuple[str, str]]:
     try:
         blocks: list[Any] = list(message.content_blocks)
     except Exception:  # a provider translator that cannot read this chunk
-        return [("text", message.text)] if message.text else []
+        return [("text", str(message.text))] if message.text else []
     pieces: list[tuple[str, str]] = []
     for block in blocks:
         kind = block.get("type")
