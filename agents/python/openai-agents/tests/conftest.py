@@ -71,7 +71,10 @@ async def wait_idle(
         return snapshot if done else None
 
     return await wait_for_agent_snapshot(
-        sessions, session_id, idle, description=f"{session_id} idle after {turns} turn(s)",
+        sessions,
+        session_id,
+        idle,
+        description=f"{session_id} idle after {turns} turn(s)",
         timeout=timeout,
     )
 

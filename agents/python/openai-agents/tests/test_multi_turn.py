@@ -13,9 +13,7 @@ async def test_the_second_turn_sees_the_first_after_a_worker_restart(
         worker = await s.stack.start_worker()
         await s.sessions.start_session("multi-1", "where is my order?")
         first = await wait_idle(s.sessions, "multi-1", turns=1)
-        assert final_answer(first) == (
-            'lookup_order: {"order_id":7,"status":"shipped","total":42}'
-        )
+        assert final_answer(first) == ('lookup_order: {"order_id":7,"status":"shipped","total":42}')
 
         # A new Worker process rebuilds the SDK input from the stored framework items.
         worker.kill()
@@ -24,7 +22,7 @@ async def test_the_second_turn_sees_the_first_after_a_worker_restart(
         second = await wait_idle(s.sessions, "multi-1", turns=2)
 
         assert final_answer(second) == (
-            "earlier tool outputs: ['{\"order_id\":7,\"status\":\"shipped\",\"total\":42}']"
+            'earlier tool outputs: [\'{"order_id":7,"status":"shipped","total":42}\']'
         )
         assert s.log.count(tool_kind("lookup_order")) == 1
         assert s.log.count(MODEL_KIND, "2/0") == 1

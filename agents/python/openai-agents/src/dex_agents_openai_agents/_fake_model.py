@@ -243,7 +243,9 @@ def _output_items(request: FakeModelRequest, response: FakeResponse) -> list[TRe
         items.append(assistant_message(response.text, item_id=f"msg_{prefix}"))
     for position, call in enumerate(response.tool_calls):
         call_id = call.call_id or f"call_{prefix}_{position}"
-        items.append(function_call(call.name, call.arguments, call_id=call_id, item_id=f"fc_{call_id}"))
+        items.append(
+            function_call(call.name, call.arguments, call_id=call_id, item_id=f"fc_{call_id}")
+        )
     return items
 
 

@@ -71,7 +71,9 @@ class OneCallModel(Model):
         self.budget.finish(response.usage)
         return response
 
-    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+    async def stream_response(
+        self, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[TResponseStreamEvent]:
         self.budget.start()
         async for event in self.inner.stream_response(*args, **kwargs):
             if isinstance(event, ResponseCompletedEvent):

@@ -22,11 +22,16 @@ def framework_effect(tool: FunctionTool | None) -> ToolEffect | None:
     annotations = tool.mcp_annotations
     if annotations is None:
         return None
-    if getattr(annotations, "readOnlyHint", None) is True:
+    if _hint(annotations, "read_only_hint", "readOnlyHint"):
         return ToolEffect.READ
-    if getattr(annotations, "idempotentHint", None) is True:
+    if _hint(annotations, "idempotent_hint", "idempotentHint"):
         return ToolEffect.IDEMPOTENT_WRITE
     return None
+
+
+def _hint(annotations: object, *names: str) -> bool:
+    # MCP SDK releases name these fields in snake case or camel case.
+    return any(getattr(annotations, name, None) is True for name in names)
 
 
 async def resolve_policy(
@@ -58,7 +63,7 @@ async def _needs_approval(tool: FunctionTool, arguments: str, call_id: str, cont
         parsed = json.loads(arguments) if arguments else {}
     except ValueError:
         return True
-    decision = flag(RunContextWrapper(context=context), parsed, call_id)
+    decision: object = flag(RunContextWrapper(context=context), parsed, call_id)
     if inspect.isawaitable(decision):
         decision = await decision
     return bool(decision)

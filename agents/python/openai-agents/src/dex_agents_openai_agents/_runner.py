@@ -57,7 +57,13 @@ from dex_agents_openai_agents._streaming import forward_deltas
 DEFAULT_MAX_TURNS = 10_000
 """The SDK's ``max_turns`` for each step: Dex owns the loop, so the SDK's cap is out of the way."""
 
-_HOSTED_TOOLS = (WebSearchTool, FileSearchTool, CodeInterpreterTool, ImageGenerationTool, HostedMCPTool)
+_HOSTED_TOOLS = (
+    WebSearchTool,
+    FileSearchTool,
+    CodeInterpreterTool,
+    ImageGenerationTool,
+    HostedMCPTool,
+)
 
 
 class OpenAIAgentsRunner:
@@ -225,7 +231,9 @@ class OpenAIAgentsRunner:
         raw = item.raw_item
         kind = _field(raw, "type")
         if kind != "function_call":
-            raise RuntimeError(f"the SDK asked to approve a {kind!r} call, which cannot be deferred")
+            raise RuntimeError(
+                f"the SDK asked to approve a {kind!r} call, which cannot be deferred"
+            )
         name = str(_field(raw, "name"))
         call_id = str(_field(raw, "call_id") or "")
         arguments = str(_field(raw, "arguments") or "")

@@ -1,0 +1,174 @@
+"""Fast checks of the adapter's pieces, without a server."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+import pytest
+from agents import Agent, FunctionTool, Runner, function_tool
+from agents.tool_context import ToolContext
+from dex_agents import (
+    AgentEvent,
+    AgentEventWriter,
+    AgentMessage,
+    AgentSessionOptions,
+    AgentTurnContext,
+    MessageRole,
+    ToolCallsRequested,
+    ToolEffect,
+    ToolPolicy,
+)
+from mcp.types import ToolAnnotations
+
+from dex_agents_openai_agents import (
+    FakeModel,
+    FakeModelRequest,
+    FakeResponse,
+    FakeToolCall,
+    OpenAIAgentsRunner,
+    SecondModelCallError,
+    framework_effect,
+)
+from dex_agents_openai_agents._guard import CallBudget
+from dex_agents_openai_agents._items import framework_messages
+from dex_agents_openai_agents._policies import resolve_policy
+
+
+@function_tool
+def ping(host: str) -> str:
+    """Ping a host."""
+    return f"pong from {host}"
+
+
+def annotated(**hints: bool) -> FunctionTool:
+    async def invoke(_context: ToolContext[Any], _arguments: str) -> str:
+        return "x"
+
+    return FunctionTool(
+        name="mcp_tool",
+        description="from an MCP server",
+        params_json_schema={"type": "object", "properties": {}},
+        on_invoke_tool=invoke,
+        _mcp_annotations=ToolAnnotations(**hints),  # type: ignore[arg-type]
+    )
+
+
+def turn(options: AgentSessionOptions, events: list[AgentEvent]) -> AgentTurnContext:
+    async def heartbeat() -> None:
+        return None
+
+    writer = AgentEventWriter(events.append, turn_id="turn-1", step_execution_id="s", attempt=1)
+    return AgentTurnContext(
+        flow_id="f",
+        turn_id="turn-1",
+        attempt=1,
+        messages=[],
+        framework_run_state=None,
+        tool_calls={},
+        events=writer,
+        heartbeat=heartbeat,
+        options=options,
+    )
+
+
+def test_mcp_annotations_give_the_framework_effect() -> None:
+    assert framework_effect(annotated(readOnlyHint=True)) is ToolEffect.READ
+    assert framework_effect(annotated(idempotentHint=True)) is ToolEffect.IDEMPOTENT_WRITE
+    assert framework_effect(annotated(destructiveHint=True)) is None
+    assert framework_effect(ping) is None
+
+
+async def test_needs_approval_asks_for_approval_unless_a_policy_decides() -> None:
+    gated = copy.copy(ping)
+    gated.needs_approval = True
+    plain = AgentSessionOptions(default_tool_effect=ToolEffect.READ)
+    policy = await resolve_policy(turn(plain, []), gated, "ping", "{}", "c1", None)
+    assert policy == ToolPolicy(ToolEffect.READ, requires_approval=True)
+    explicit = AgentSessionOptions(tool_policies={"ping": ToolPolicy(ToolEffect.READ)})
+    policy = await resolve_policy(turn(explicit, []), gated, "ping", "{}", "c1", None)
+    assert policy == ToolPolicy(ToolEffect.READ)
+
+
+def test_a_second_model_call_in_one_step_fails() -> None:
+    budget = CallBudget()
+    budget.start()
+    budget.start()  # a provider retry of an unfinished call is allowed
+    budget.finish(None)
+    with pytest.raises(SecondModelCallError):
+        budget.start()
+
+
+def test_handoffs_are_refused() -> None:
+    other = Agent(name="billing")
+    with pytest.raises(ValueError, match="handoffs"):
+        OpenAIAgentsRunner(Agent(name="triage", handoffs=[other]))
+
+
+def test_roles_of_new_items() -> None:
+    items: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c", "name": "ping", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "pong"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}],
+        },
+    ]
+    messages = framework_messages(items)
+    assert [m.role for m in messages] == [
+        MessageRole.USER,
+        MessageRole.ASSISTANT,
+        MessageRole.TOOL,
+        MessageRole.ASSISTANT,
+    ]
+    assert [m.text for m in messages] == ["hi", "ping({})", "pong", "ok"]
+    assert [m.framework_item for m in messages] == items
+
+
+async def test_the_fake_model_drives_the_real_sdk_with_parallel_calls() -> None:
+    seen: list[FakeModelRequest] = []
+
+    def script(request: FakeModelRequest) -> FakeResponse | str:
+        seen.append(request)
+        if request.call_index == 0:
+            calls = [FakeToolCall(name="ping", arguments={"host": h}) for h in ("a", "b")]
+            return FakeResponse(tool_calls=calls)
+        return json.dumps(request.tool_outputs, sort_keys=True)
+
+    agent = Agent(name="pinger", model=FakeModel(script), tools=[ping])
+    result = await Runner.run(agent, "ping a and b")
+    assert json.loads(result.final_output) == {
+        "call_1_0_0": "pong from a",
+        "call_1_0_1": "pong from b",
+    }
+    assert [(r.user_turn, r.call_index, r.user_text) for r in seen] == [
+        (1, 0, "ping a and b"),
+        (1, 1, "ping a and b"),
+    ]
+
+
+async def test_one_step_stops_before_tools_and_reports_usage() -> None:
+    def script(request: FakeModelRequest) -> FakeResponse:
+        return FakeResponse(text="checking", tool_calls=[FakeToolCall(name="ping")])
+
+    runner = OpenAIAgentsRunner(Agent(name="pinger", model=FakeModel(script), tools=[ping]))
+    events: list[AgentEvent] = []
+    context = turn(AgentSessionOptions(), events)
+    user = runner.build_user_message("ping")
+    stored = AgentMessage(
+        sequence=1, turn_id="turn-1", role=user.role, framework_item=user.framework_item
+    )
+    context = AgentTurnContext(**{**context.__dict__, "messages": [stored]})
+    outcome = await runner.run_model_step(context)
+    context.events.close()
+    await asyncio.sleep(0)
+    assert isinstance(outcome, ToolCallsRequested)
+    assert [c.tool_call_id for c in outcome.tool_calls] == ["call_1_0_0"]
+    assert outcome.tool_calls[0].policy == ToolPolicy(ToolEffect.UNCLASSIFIED)
+    assert outcome.usage.requests == 1
+    assert json.loads(outcome.framework_run_state)["$schemaVersion"]
+    assert [e.data["text"] for e in events] == ["checking"]
