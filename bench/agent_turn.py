@@ -1,19 +1,29 @@
 """Engine overhead of one agent turn, at 0 and at 1,000 prior messages.
 
     uv run python bench/agent_turn.py [--sessions 15] [--turns 15] [--prior 1000]
+                                       [--breakdown] [--no-fsync]
 
 One turn = one model call that asks for three tools, three parallel tool Steps, and a
 second model call that answers. Model and tools are instant (a scripted model), so the
-time from ``send_user_message`` until the ``turn_completed`` event arrives on the
-AgentEvents Stream is engine overhead: RPC, Step dispatch, commits, state loading,
-Stream delivery. Server (``dexcli dev``, SQLite, fsync on) and Worker run as separate
-processes, like in production. ``--no-fsync`` runs the server with env
-``DEX_SERVER_FSYNC=0`` (SQLite ``synchronous=NORMAL``): the engine without the disk's
-flush latency, which on a shared disk is noisy and dominates the figures.
+time from just before ``send_user_message`` until the server applied the turn's last
+RunModel result (its history event time; same machine, same clock; that transaction's own
+fsync is not included) is engine overhead: RPC, Step dispatch, commits, state loading.
+Server (``dexcli dev``, SQLite, fsync on) and Worker run as separate processes, like in
+production. ``--no-fsync`` runs the server with env ``DEX_SERVER_FSYNC=0`` (SQLite
+``synchronous=NORMAL``): the engine without the disk's flush latency, which on a shared
+disk is noisy and dominates the figures.
+
+While a measured turn runs the client stays quiet: it neither follows the AgentEvents
+Stream nor polls snapshots (each would be an HTTP request, and an RPC on the Worker,
+competing with the turn for the same CPUs). It sleeps until the turn must be over, then
+checks the snapshot and reads the commit times from history, and afterwards reads the
+turn's events from the Stream to check that ``turn_completed`` was written.
 
 * ``overhead_ms_0``: median over the first turns of fresh sessions (no prior messages).
 * ``overhead_ms_1000``: median over turns of one session that already holds at least
   ``--prior`` messages (built by running the same turn until it gets there).
+* ``cpu_ms``: CPU time the server and the Worker processes used per measured turn
+  (user + system, from ``/proc``), which a busy machine inflates less than wall time.
 
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...``.
 """
@@ -53,6 +63,10 @@ from dex_agents.testing import (
 )
 
 ROLE_ENV = "AGENT_TURN_BENCH_ROLE"
+# A quiet turn sleeps this long before it checks that the turn ended (a turn takes well
+# under it even on a busy machine), then polls every QUIET_POLL_S.
+QUIET_WAIT_S = 0.15
+QUIET_POLL_S = 0.05
 HERE = Path(__file__).resolve().parent
 
 
@@ -84,6 +98,8 @@ class Session:
         self.events: AsyncIterator[AgentEvent] | None = None
         self.turns = 0
         self.last_event_id = 0
+        self.cpu_s = 0.0
+        self.cpu_turns = 0
 
     async def start(self) -> None:
         await self.sessions.start_session(self.session_id)
@@ -95,32 +111,55 @@ class Session:
         )
         self.events = aiter(self.sessions.follow_events(self.session_id))
 
-    async def turn(self) -> tuple[float, float]:
-        """Run one turn; return (engine ms, observed ms).
+    async def turn(self, *, quiet: bool = True, pids: list[int] | None = None) -> float:
+        """Run one turn; return its engine ms (see the module docstring).
 
-        Engine: from just before ``send_user_message`` until the server committed the
-        turn's last RunModel (its history event time; same machine, same clock).
-        Observed: until this client read ``turn_completed`` from the AgentEvents Stream.
+        ``quiet=False`` follows the Stream during the turn instead (faster when the
+        figure is not needed, e.g. while building up prior messages). With ``pids``, the
+        CPU seconds those processes used during the quiet wait (the turn and nothing
+        else) are added to ``self.cpu_s`` (``self.cpu_turns`` counts them).
         """
         assert self.events is not None
         self.turns += 1
         turn_id = f"turn-{self.turns}"
+        cpu_before = cpu_seconds(pids) if pids else 0.0
         wall_started = time.time()
-        started = time.perf_counter()
         accepted = await self.sessions.send_user_message(self.session_id, f"go {self.turns}")
         if not accepted:
             raise RuntimeError("send_user_message was refused")
+        if quiet:
+            await asyncio.sleep(QUIET_WAIT_S)
+            cpu_used = cpu_seconds(pids) - cpu_before if pids else 0.0
+            if await self.wait_turn_end() and pids:
+                self.cpu_s += cpu_used  # the turn ended within the quiet wait
+                self.cpu_turns += 1
+        await self.read_events_until_completed(turn_id)
+        return (await self.last_run_model_commit(wall_started) - wall_started) * 1000
+
+    async def read_events_until_completed(self, turn_id: str) -> None:
+        assert self.events is not None
         while True:
             event = await asyncio.wait_for(anext(self.events), timeout=30)
             if event.turn_id != turn_id:
                 continue
             if event.type is AgentEventType.TURN_COMPLETED:
-                observed = (time.perf_counter() - started) * 1000
-                break
+                return
             if event.type is AgentEventType.TURN_FAILED:
                 raise RuntimeError(f"{turn_id} failed: {event.data}")
-        committed = await self.last_run_model_commit(wall_started)
-        return (committed - wall_started) * 1000, observed
+
+    async def wait_turn_end(self) -> bool:
+        """Wait until the snapshot shows the turn ended; whether it had at the first look."""
+        deadline = time.monotonic() + 30
+        first = True
+        while True:
+            snapshot = await self.sessions.get_agent_snapshot(self.session_id)
+            state = snapshot.state
+            if state is not None and state.turn_count == self.turns and not state.active_turn_id:
+                return first
+            first = False
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"turn {self.turns} of {self.session_id} did not end")
+            await asyncio.sleep(QUIET_POLL_S)
 
     async def new_history(self) -> list[HistoryEventWire]:
         events: list[HistoryEventWire] = []
@@ -137,16 +176,7 @@ class Session:
     async def last_run_model_commit(self, since: float) -> float:
         # turn_completed is streamed just before RunModel's result commits: wait for the
         # commit, then take the time of the turn's last RunModel from history.
-        await wait_for_agent_snapshot(
-            self.sessions,
-            self.session_id,
-            lambda snapshot: (
-                snapshot.state is not None
-                and snapshot.state.turn_count == self.turns
-                and snapshot.state.active_turn_id is None
-            ),
-            description="the end of the turn",
-        )
+        await self.wait_turn_end()
         times: list[float] = [
             event.event_time
             for event in await self.new_history()
@@ -162,14 +192,11 @@ async def breakdown(stack: AgentTestStack, session: Session) -> None:
     await session.new_history()
     first = session.last_event_id
     started = time.time()
-    engine, observed = await session.turn()
+    engine = await session.turn()
     history = await stack.client.get_history(
         session.session_id, page_size=1000, page_token=str(first)
     )
-    print(
-        f"breakdown of one turn (engine {engine:.1f}ms, "
-        f"turn_completed read from the Stream after {observed:.1f}ms):"
-    )
+    print(f"breakdown of one turn (engine {engine:.1f}ms):")
     previous = started
     for event in history.events:
         if event.event_time < started:
@@ -193,15 +220,44 @@ async def message_count(session: Session) -> int:
     return snapshot.state.message_count if snapshot.state is not None else 0
 
 
-def summary(label: str, results: list[tuple[float, float]]) -> tuple[float, float]:
-    engine = statistics.median(r[0] for r in results)
-    observed = statistics.median(r[1] for r in results)
-    low, high = min(r[0] for r in results), max(r[0] for r in results)
+def child_pids() -> list[int]:
+    """The server and Worker processes: this process's children."""
+    me = str(os.getpid())
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me:
+            pids.append(int(entry))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes used so far."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def summary(label: str, results: list[float], cpu_ms: float) -> float:
+    """Print one size's figures; return the median engine ms."""
+    engine = statistics.median(results)
+    quartiles = statistics.quantiles(results, n=4)
     print(
-        f"{label}: n={len(results)} engine median={engine:.1f}ms (min {low:.1f}, max "
-        f"{high:.1f}); turn_completed read from the Stream after {observed:.1f}ms (median)"
+        f"{label}: n={len(results)} engine median={engine:.1f}ms (p25 {quartiles[0]:.1f}, "
+        f"p75 {quartiles[2]:.1f}, min {min(results):.1f}, max {max(results):.1f}); "
+        f"server+Worker cpu {cpu_ms:.1f}ms/turn"
     )
-    return engine, observed
+    return engine
 
 
 async def bench(args: argparse.Namespace) -> str:
@@ -213,6 +269,7 @@ async def bench(args: argparse.Namespace) -> str:
     ) as stack:
         await stack.start_worker()
         sessions = stack.sessions(flow)
+        pids = child_pids()
 
         # Warm up (imports, connection pools, SQLite pages).
         warm = Session(stack, sessions, "warm-up")
@@ -220,25 +277,32 @@ async def bench(args: argparse.Namespace) -> str:
         for _ in range(3):
             await warm.turn()
 
-        fresh: list[tuple[float, float]] = []
-        for n in range(args.sessions):
-            session = Session(stack, sessions, f"fresh-{n}")
+        fresh_sessions = [Session(stack, sessions, f"fresh-{n}") for n in range(args.sessions)]
+        for session in fresh_sessions:
             await session.start()
-            fresh.append(await session.turn())
+        fresh = [await session.turn(pids=pids) for session in fresh_sessions]
 
         long = Session(stack, sessions, "long")
         await long.start()
         padding_started = time.perf_counter()
         while await message_count(long) < args.prior:
-            await long.turn()
+            await long.turn(quiet=False)
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
-        loaded = [await long.turn() for _ in range(args.turns)]
+        long.cpu_s, long.cpu_turns = 0.0, 0
+        loaded = [await long.turn(pids=pids) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
 
-    zero, _ = summary("0 prior messages", fresh)
-    thousand, _ = summary(f"{prior} prior messages (built in {padding_s:.1f}s)", loaded)
+    cpu_fresh = sum(s.cpu_s for s in fresh_sessions)
+    fresh_turns = sum(s.cpu_turns for s in fresh_sessions)
+    zero = summary("0 prior messages", fresh, cpu_fresh * 1000 / max(fresh_turns, 1))
+    thousand = summary(
+        f"{prior} prior messages (built in {padding_s:.1f}s)",
+        loaded,
+        long.cpu_s * 1000 / max(long.cpu_turns, 1),
+    )
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     return (
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
         f"ratio={thousand / zero:.2f} prior_messages={prior} "
