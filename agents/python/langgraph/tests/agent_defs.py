@@ -127,10 +127,17 @@ def build_model(state_dir: Path, gated: bool) -> ScriptedChatModel:
     return ScriptedChatModel(script=script, on_call=on_call)
 
 
-def build_agent(state_dir: Path, gated: bool = False) -> Any:
+def live_model() -> Any:
+    """A real OpenAI chat model (model name from ``OPENAI_MODEL``, default gpt-4o-mini)."""
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+
+
+def build_agent(state_dir: Path, gated: bool = False, live: bool = False) -> Any:
     """The user's agent: ``create_agent`` with the support-desk tools, unchanged."""
     return create_agent(
-        build_model(state_dir, gated),
+        live_model() if live else build_model(state_dir, gated),
         tools=build_tools(state_dir, gated),
         system_prompt=SYSTEM_PROMPT,
     )
@@ -142,7 +149,8 @@ def flow_type(scenario: str) -> str:
 
 def build_flow(scenario: str, state_dir: Path) -> AgentSessionFlow:
     """The scenario's Flow; the same in the test process and the Worker child."""
-    runner = LangGraphRunner(build_agent(state_dir, scenario in GATED))
+    agent = build_agent(state_dir, gated=scenario in GATED, live=scenario == "live")
+    runner = LangGraphRunner(agent)
     return AgentSessionFlow(runner, flow_type=flow_type(scenario), options=AgentSessionOptions())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -55,18 +56,23 @@ class _ModelCallGuard(BaseCallbackHandler):
     """Counts model calls of one step, refuses the one too many, sums their usage."""
 
     raise_error = True
-    run_inline = True
+    # Not inline: LangChain leaves the other handlers' coroutines unawaited when an
+    # inline handler raises.
+    run_inline = False
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.calls = 0
         self.usage = AgentUsage()
+        self._lock = threading.Lock()
 
     def _started(self) -> None:
-        self.calls += 1
-        if self.calls > self.limit:
+        with self._lock:
+            self.calls += 1
+            calls = self.calls
+        if calls > self.limit:
             raise TooManyModelCallsError(
-                f"the graph started model call {self.calls} in one RunModel Step (limit "
+                f"the graph started model call {calls} in one RunModel Step (limit "
                 f"{self.limit}); see max_model_calls_per_step"
             )
 
@@ -90,7 +96,8 @@ class _ModelCallGuard(BaseCallbackHandler):
                     output_tokens=meta.get("output_tokens", 0),
                     total_tokens=meta.get("total_tokens", 0),
                 )
-        self.usage = self.usage.plus(usage)
+        with self._lock:
+            self.usage = self.usage.plus(usage)
 
 
 def _find_tool_nodes(agent: Pregel[Any, Any, Any, Any]) -> dict[str, ToolNode]:

@@ -35,4 +35,9 @@ def _pieces(message: AIMessage) -> list[tuple[str, str]]:
             pieces.append(("text", str(block["text"])))
         elif kind == "reasoning" and block.get("reasoning"):
             pieces.append(("reasoning", str(block["reasoning"])))
+        elif kind == "non_standard" and isinstance(block.get("value"), dict):
+            # Anthropic-style thinking blocks from a message without a provider tag.
+            value = block["value"]
+            if value.get("type") == "thinking" and value.get("thinking"):
+                pieces.append(("reasoning", str(value["thinking"])))
     return pieces
