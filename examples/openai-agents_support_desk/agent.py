@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Model, function_tool
 from dex_agents import (
     AgentSessionFlow,
     AgentSessionOptions,
@@ -30,8 +29,15 @@ from dex_agents import (
     current_tool_execution,
 )
 from dex_agents.testing import InvocationLog
-from dex_agents_openai_agents import FakeModel, FakeModelRequest, FakeResponse, FakeToolCall
-from dex_agents_openai_agents import OpenAIAgentsRunner
+from dex_agents_openai_agents import (
+    FakeModel,
+    FakeModelRequest,
+    FakeResponse,
+    FakeToolCall,
+    OpenAIAgentsRunner,
+)
+
+from agents import Agent, Model, function_tool
 
 FLOW_TYPE = "OpenAISupportDeskAgent"
 STATE_DIR_ENV = "SUPPORT_DESK_STATE_DIR"

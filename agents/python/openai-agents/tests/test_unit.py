@@ -5,21 +5,27 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
-from agents import Agent, FunctionTool, Runner, function_tool
+from agents import Agent, FunctionTool, RunContextWrapper, Runner, function_tool
 from agents.tool_context import ToolContext
 from dex_agents import (
     AgentEvent,
     AgentEventWriter,
     AgentMessage,
     AgentSessionOptions,
+    AgentToolCall,
     AgentTurnContext,
+    DeferredToolExecution,
     MessageRole,
     ToolCallsRequested,
+    ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnCompleted,
 )
 from mcp.types import ToolAnnotations
 
@@ -162,7 +168,7 @@ async def test_one_step_stops_before_tools_and_reports_usage() -> None:
     stored = AgentMessage(
         sequence=1, turn_id="turn-1", role=user.role, framework_item=user.framework_item
     )
-    context = AgentTurnContext(**{**context.__dict__, "messages": [stored]})
+    context = replace(context, messages=[stored])
     outcome = await runner.run_model_step(context)
     context.events.close()
     await asyncio.sleep(0)
@@ -172,3 +178,74 @@ async def test_one_step_stops_before_tools_and_reports_usage() -> None:
     assert outcome.usage.requests == 1
     assert json.loads(outcome.framework_run_state)["$schemaVersion"]
     assert [e.data["text"] for e in events] == ["checking"]
+
+
+class Desk:
+    """An app context that is not JSON: rebuilt by the factory on every step."""
+
+    def __init__(self) -> None:
+        self.user = "ada"
+
+
+@function_tool
+def whoami(context: RunContextWrapper[Desk]) -> str:
+    """Tell who is asking."""
+    return f"asked by {context.context.user}"
+
+
+async def test_the_context_factory_reaches_tools_and_resumed_steps() -> None:
+    def script(request: FakeModelRequest) -> FakeResponse | str:
+        if request.call_index == 0:
+            return FakeResponse(tool_calls=[FakeToolCall(name="whoami")])
+        return f"answer: {request.tool_outputs['call_1_0_0']}"
+
+    agent = Agent[Desk](name="desk", model=FakeModel(script), tools=[whoami])
+    runner = OpenAIAgentsRunner(agent, context_factory=Desk)
+    options = AgentSessionOptions(tool_policies={"whoami": ToolPolicy(ToolEffect.READ)})
+    context = turn(options, [])
+    user = runner.build_user_message("who am I?")
+    stored = AgentMessage(
+        sequence=1, turn_id="turn-1", role=user.role, framework_item=user.framework_item
+    )
+    first = await runner.run_model_step(replace(context, messages=[stored]))
+    assert isinstance(first, ToolCallsRequested)
+    assert "ada" not in first.framework_run_state  # the context object is not stored
+
+    call = first.tool_calls[0]
+    record = AgentToolCall(
+        tool_call_id=call.tool_call_id,
+        turn_id="turn-1",
+        tool_name=call.tool_name,
+        arguments=call.arguments,
+        effect=ToolEffect.READ,
+        requires_approval=False,
+        deferral_order=0,
+        status=ToolCallStatus.APPROVED,
+        idempotency_key="f/turn-1/call_1_0_0",
+    )
+    execution = DeferredToolExecution(
+        flow_id="f",
+        tool_call=record,
+        idempotency_key=record.idempotency_key,
+        attempt=1,
+        events=context.events,
+        heartbeat=context.heartbeat,
+    )
+    result = await runner.execute_deferred_tool_call(execution)
+    assert result.output == "asked by ada"
+
+    done = msgspec.structs.replace(record, status=ToolCallStatus.SUCCEEDED, output=result.output)
+    resumed = replace(
+        context,
+        messages=[stored],
+        framework_run_state=first.framework_run_state,
+        tool_calls={done.tool_call_id: done},
+    )
+    final = await runner.run_model_step(resumed)
+    assert isinstance(final, TurnCompleted)
+    assert final.new_messages[-1].text == "answer: asked by ada"
+    assert [m.role for m in final.new_messages] == [
+        MessageRole.ASSISTANT,
+        MessageRole.TOOL,
+        MessageRole.ASSISTANT,
+    ]

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from agents import Agent, RunState
+from agents import Agent, RunContextWrapper, RunState
 from agents.items import TResponseInputItem
 from dex_agents import AgentMessage, FrameworkMessage, MessageRole
 
@@ -82,25 +82,33 @@ def _text(value: object) -> str:
 
 
 def encode_run_state(state: RunState[Any, Any]) -> str:
-    """Serialize the SDK's ``RunState`` as compact JSON (the ``framework_run_state``)."""
+    """Serialize the SDK's ``RunState`` as compact JSON (the ``framework_run_state``).
+
+    A context object that is not a mapping is left out (it is rebuilt by the runner's
+    ``context_factory`` on every step); a mapping context is stored by the SDK as is.
+    """
     # to_string() indents; the same JSON without whitespace is about a third smaller.
-    return json.dumps(state.to_json(), separators=(",", ":"))
+    payload = state.to_json(context_serializer=_omit_context)
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _omit_context(_context: Any) -> Mapping[str, Any]:
+    return {}
 
 
 async def decode_run_state(
-    agent: Agent[Any], encoded: str, *, context: Any = None
+    agent: Agent[Any], encoded: str, *, context: Any
 ) -> RunState[Any, Agent[Any]]:
     """Restore a ``RunState`` for ``agent`` (same name and tools as when it was saved).
 
     Args:
         agent: the agent the state belongs to.
         encoded: the value :func:`encode_run_state` returned.
-        context: the app context to run with; None keeps the serialized one.
+        context: the app context to continue with (it replaces the stored one).
 
     Raises:
         agents.exceptions.UserError: the state does not fit the agent or this SDK version.
 
     """
-    if context is None:
-        return await RunState.from_string(agent, encoded)
-    return await RunState.from_string(agent, encoded, context_override=context)
+    override = RunContextWrapper(context=context)
+    return await RunState.from_string(agent, encoded, context_override=override)

@@ -92,11 +92,12 @@ class OpenAIAgentsRunner:
         agent: the user's agent. Its name and tools must stay the same while a session
             waits for tool calls (the run state names them).
         run_config: the SDK ``RunConfig`` for every step (model provider, model override,
-            model settings); default ``RunConfig()``. Tracing is disabled unless this
-            config enables it explicitly with ``tracing_disabled=False`` and a processor.
+            model settings); default ``RunConfig(tracing_disabled=True)``. A config you
+            pass is used as is (set ``tracing_disabled`` there as you need).
         context_factory: returns the app context object (``RunContextWrapper.context``)
             for each step and each tool call; default: None as context. It runs on the
-            Worker, so it may open clients; the context is never stored.
+            Worker, so it may open clients; a mapping context is stored in the run state
+            (the SDK serializes it), any other object is left out.
         max_turns: the SDK's ``max_turns`` per step (default 10,000).
 
     Raises:
