@@ -9,18 +9,20 @@ from typing import Any
 import pytest
 from dex_agents import (
     AgentEventType,
-    AgentMessage,
     MessageRole,
     ToolCallsRequested,
     ToolCallStatus,
     ToolEffect,
     ToolExecutionError,
     TurnCompleted,
+    current_tool_execution,
 )
+from dex_agents._runner import bind_tool_execution
 from dex_agents.testing import MODEL_CALL_KIND, InvocationLog, tool_call_kind
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from dex_agents_langgraph import (
@@ -212,4 +214,47 @@ def test_stored_messages_keep_their_ids_across_steps() -> None:
     assert item.framework_item["type"] == "human"
     assert item.framework_item["data"]["content"] == "hi"
     assert item.text == "hi"
-    _ = END, AgentMessage
+
+
+async def test_a_return_direct_tool_ends_the_turn_without_a_model_call(tmp_path: Path) -> None:
+    @tool(return_direct=True)
+    def final_lookup() -> str:
+        """Look up and answer directly."""
+        return "direct answer"
+
+    def script(call: Any) -> FakeReply:
+        if call.call_index == 0:
+            return FakeReply(tool_calls=[FakeToolCall(name="final_lookup", id="d1")])
+        raise AssertionError("the model must not be called after a return_direct tool")
+
+    runner = LangGraphRunner(create_agent(ScriptedChatModel(script=script), tools=[final_lookup]))
+    history = stored([runner.build_user_message("go")])
+    first = await runner.run_model_step(turn_context(history, events=Events()))
+    assert isinstance(first, ToolCallsRequested)
+    done = record(first.tool_calls[0], 0, ToolCallStatus.SUCCEEDED, output="direct answer")
+    second = await runner.run_model_step(
+        turn_context(history, events=Events(), state=first.framework_run_state, records=[done])
+    )
+    assert isinstance(second, TurnCompleted)
+    assert second.usage.requests == 0
+    assert [m.text for m in second.new_messages] == ["", "direct answer"]
+
+
+async def test_a_sync_tool_reads_the_idempotency_key(tmp_path: Path) -> None:
+    @tool
+    def keyed() -> str:
+        """Report the key."""
+        execution = current_tool_execution()
+        return execution.idempotency_key if execution is not None else "none"
+
+    def script(call: Any) -> FakeReply:
+        return FakeReply(tool_calls=[FakeToolCall(name="keyed", id="k1")])
+
+    runner = LangGraphRunner(create_agent(ScriptedChatModel(script=script), tools=[keyed]))
+    history = stored([runner.build_user_message("go")])
+    first = await runner.run_model_step(turn_context(history, events=Events()))
+    assert isinstance(first, ToolCallsRequested)
+    call = execution(record(first.tool_calls[0], 0, ToolCallStatus.APPROVED), Events())
+    with bind_tool_execution(call):
+        result = await runner.execute_deferred_tool_call(call)
+    assert result.output == "s1/turn-1/k1"
