@@ -154,11 +154,16 @@ def two_call_graph(model: ScriptedChatModel) -> Any:
 
 
 async def test_a_node_calling_the_model_twice_fails_the_step(tmp_path: Path) -> None:
-    model = ScriptedChatModel(script=lambda call: FakeReply(text=f"call {call.call_index}"))
+    calls: list[int] = []
+    model = ScriptedChatModel(
+        script=lambda call: FakeReply(text=f"call {call.call_index}"),
+        on_call=lambda call: calls.append(call.call_index),
+    )
     graph = two_call_graph(model)
     history = stored([LangGraphRunner(graph).build_user_message("hi")])
     with pytest.raises(TooManyModelCallsError):
         await LangGraphRunner(graph).run_model_step(turn_context(history, events=Events()))
+    assert calls == [0]  # the second call was stopped before it reached the model
     allowed = LangGraphRunner(graph, max_model_calls_per_step=2)
     done = await allowed.run_model_step(turn_context(history, events=Events()))
     assert isinstance(done, TurnCompleted)
