@@ -65,10 +65,12 @@ class StreamHub:
                 w.set_result(None)
 
     def _after(self, s: _Stream, token: int) -> _Msg | None:
-        for m in s.msgs:
-            if m.seq > token:
-                return m
-        return None
+        # Sequence numbers in the deque are consecutive, so the index is arithmetic: a
+        # reader of a long Stream does not scan everything retained before its token.
+        if not s.msgs:
+            return None
+        index = max(token + 1 - s.msgs[0].seq, 0)
+        return s.msgs[index] if index < len(s.msgs) else None
 
     async def read_next(
         self, key: tuple[str, str, str], capacity: int, resume_token: str, timeout_s: float
