@@ -24,6 +24,12 @@ def _map_of(name: str) -> str | None:
     return head if sep else None
 
 
+_SINGLETONS_SKIP_AFTER = 16
+_SINGLETONS_FROM = (
+    "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name>=? ORDER BY name"
+)
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -161,12 +167,28 @@ class SqliteState:
         return self._value(*row) if row else None
 
     def singletons(self, run_id: str) -> dict[str, StoredValue]:
-        rows = self.c.execute(
-            "SELECT name, value, blob_hash, size FROM attributes"
-            " WHERE run_id=? AND map_name IS NULL",
-            (run_id,),
-        )
-        return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
+        # Every Step task loads the singletons, so the cost must not grow with a map's
+        # instances (an agent's messages): walk the run's names in key order and, after a
+        # few consecutive instances of one map, jump past its "<map>/..." range (to
+        # "<map>0", the next string after all of them) instead of reading every row.
+        out: dict[str, StoredValue] = {}
+        bound = ""
+        while True:
+            jump = None
+            in_map, seen = "", 0
+            for name, value, blob, size in self.c.execute(_SINGLETONS_FROM, (run_id, bound)):
+                if "/" not in name:
+                    out[name] = self._value(value, blob, size)
+                    continue
+                head = name.partition("/")[0]
+                seen = seen + 1 if head == in_map else 1
+                in_map = head
+                if seen >= _SINGLETONS_SKIP_AFTER:
+                    jump = head + "0"
+                    break
+            if jump is None:
+                return out
+            bound = jump
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
