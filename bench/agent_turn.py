@@ -100,6 +100,7 @@ class Session:
         self.last_event_id = 0
         self.cpu_s = 0.0
         self.cpu_turns = 0
+        self.timelines: list[list[tuple[str, float]]] = []
 
     async def start(self) -> None:
         await self.sessions.start_session(self.session_id)
@@ -175,16 +176,41 @@ class Session:
 
     async def last_run_model_commit(self, since: float) -> float:
         # turn_completed is streamed just before RunModel's result commits: wait for the
-        # commit, then take the time of the turn's last RunModel from history.
+        # commit, then take the time of the turn's last RunModel from history. Each
+        # event's commit offset is kept for the per-event medians of --breakdown.
         await self.wait_turn_end()
-        times: list[float] = [
-            event.event_time
-            for event in await self.new_history()
-            if event.type == "StepExecuteCompleted"
-            and event.event_time >= since
-            and msgspec.json.decode(event.payload).get("context", {}).get("stepType") == "RunModel"
-        ]
-        return max(times)
+        events = [event for event in await self.new_history() if event.event_time >= since]
+        labels: dict[str, int] = {}
+        timeline: list[tuple[str, float]] = []
+        times: list[float] = []
+        for event in events:
+            payload = msgspec.json.decode(event.payload)
+            context = payload.get("context", {}) if isinstance(payload, dict) else {}
+            name = context.get("stepType") or (
+                payload.get("rpcName", "") if isinstance(payload, dict) else ""
+            )
+            label = f"{event.type} {name}"
+            labels[label] = labels.get(label, 0) + 1
+            timeline.append((f"{label} #{labels[label]}", (event.event_time - since) * 1000))
+            if event.type == "StepExecuteCompleted" and name == "RunModel":
+                times.append(event.event_time)
+        end = max(times)
+        self.timelines.append([(label, ms) for label, ms in timeline if ms <= (end - since) * 1000])
+        return end
+
+
+def print_timeline_medians(label: str, timelines: list[list[tuple[str, float]]]) -> None:
+    """Print the median commit offset of each event of a turn (same order as a turn)."""
+    offsets: dict[str, list[float]] = {}
+    for timeline in timelines:
+        for name, ms in timeline:
+            offsets.setdefault(name, []).append(ms)
+    print(f"median commit offsets, {label} (n={len(timelines)}):")
+    previous = 0.0
+    for name, values in sorted(offsets.items(), key=lambda item: statistics.median(item[1])):
+        median = statistics.median(values)
+        print(f"  {median:7.1f}ms +{median - previous:5.1f}ms {name}")
+        previous = median
 
 
 async def breakdown(stack: AgentTestStack, session: Session) -> None:
@@ -289,13 +315,17 @@ async def bench(args: argparse.Namespace) -> str:
             await long.turn(quiet=False)
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
-        long.cpu_s, long.cpu_turns = 0.0, 0
+        long.cpu_s, long.cpu_turns, long.timelines = 0.0, 0, []
         loaded = [await long.turn(pids=pids) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
 
     cpu_fresh = sum(s.cpu_s for s in fresh_sessions)
     fresh_turns = sum(s.cpu_turns for s in fresh_sessions)
+    if args.breakdown:
+        fresh_timelines = [t for s in fresh_sessions for t in s.timelines]
+        print_timeline_medians("0 prior messages", fresh_timelines)
+        print_timeline_medians(f"{prior} prior messages", long.timelines)
     zero = summary("0 prior messages", fresh, cpu_fresh * 1000 / max(fresh_turns, 1))
     thousand = summary(
         f"{prior} prior messages (built in {padding_s:.1f}s)",
