@@ -22,8 +22,9 @@ turn's events from the Stream to check that ``turn_completed`` was written.
 * ``overhead_ms_0``: median over the first turns of fresh sessions (no prior messages).
 * ``overhead_ms_1000``: median over turns of one session that already holds at least
   ``--prior`` messages (built by running the same turn until it gets there).
-* ``cpu_ms``: CPU time the server and the Worker processes used per measured turn
-  (user + system, from ``/proc``), which a busy machine inflates less than wall time.
+* ``cpu_ms``: CPU time the server and the Worker processes used per measured turn (all
+  threads, ``/proc/<pid>/task/*/schedstat``); a busy machine inflates it less than wall
+  time, so it shows an engine change more reliably.
 
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...``.
 """
@@ -263,15 +264,19 @@ def child_pids() -> list[int]:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes used so far."""
+    """CPU seconds all threads of the processes ran so far (schedstat, ns resolution)."""
     total = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            threads = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / os.sysconf("SC_CLK_TCK")
+        for tid in threads:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
 
 
 def summary(label: str, results: list[float], cpu_ms: float) -> float:
