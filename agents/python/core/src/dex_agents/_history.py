@@ -91,10 +91,14 @@ async def session_messages(ctx: Context, count: int) -> list[AgentMessage]:
             rows = await persistence.AgentMessages.load_range(
                 ctx, None, sequence_key_or_end(count + 1)
             )
-            known, fresh = [], [message for _, message in rows]
+            known = [message for _, message in rows]
+            if [m.sequence for m in known] == list(range(1, len(known) + 1)):
+                MESSAGE_CACHE.store(session, known)
+            return known
+        # The cached prefix is 1..len(known) and ``fresh`` was checked to follow it, so
+        # only the new messages are checked: the cost does not grow with the session.
         known = known + fresh
-        if [m.sequence for m in known] == list(range(1, len(known) + 1)):
-            MESSAGE_CACHE.store(session, known)
+        MESSAGE_CACHE.store(session, known)
     return known
 
 
