@@ -22,7 +22,7 @@ turn's events from the Stream to check that ``turn_completed`` was written.
 * ``overhead_ms_0``: median over the first turns of fresh sessions (no prior messages).
 * ``overhead_ms_1000``: median over turns of one session that already holds at least
   ``--prior`` messages (built by running the same turn until it gets there).
-* ``cpu_ms``: CPU time the server and the Worker processes used per measured turn (all
+* ``cpu/turn``: CPU time the server and the Worker process each used per measured turn (all
   threads, ``/proc/<pid>/task/*/schedstat``); a busy machine inflates it less than wall
   time, so it shows an engine change more reliably.
 
@@ -99,7 +99,7 @@ class Session:
         self.events: AsyncIterator[AgentEvent] | None = None
         self.turns = 0
         self.last_event_id = 0
-        self.cpu_s = 0.0
+        self.cpu_s = [0.0, 0.0]
         self.cpu_turns = 0
         self.timelines: list[list[tuple[str, float]]] = []
 
@@ -124,16 +124,18 @@ class Session:
         assert self.events is not None
         self.turns += 1
         turn_id = f"turn-{self.turns}"
-        cpu_before = cpu_seconds(pids) if pids else 0.0
+        cpu_before = cpu_seconds(pids) if pids else []
         wall_started = time.time()
         accepted = await self.sessions.send_user_message(self.session_id, f"go {self.turns}")
         if not accepted:
             raise RuntimeError("send_user_message was refused")
         if quiet:
             await asyncio.sleep(QUIET_WAIT_S)
-            cpu_used = cpu_seconds(pids) - cpu_before if pids else 0.0
+            cpu_after = cpu_seconds(pids) if pids else []
             if await self.wait_turn_end() and pids:
-                self.cpu_s += cpu_used  # the turn ended within the quiet wait
+                # the turn ended within the quiet wait
+                for i, (before, after) in enumerate(zip(cpu_before, cpu_after, strict=True)):
+                    self.cpu_s[i] += after - before
                 self.cpu_turns += 1
         await self.read_events_until_completed(turn_id)
         return (await self.last_run_model_commit(wall_started) - wall_started) * 1000
@@ -248,7 +250,7 @@ async def message_count(session: Session) -> int:
 
 
 def child_pids() -> list[int]:
-    """The server and Worker processes: this process's children."""
+    """The server and Worker processes (this process's children), server first."""
     me = str(os.getpid())
     pids: list[int] = []
     for entry in os.listdir("/proc"):
@@ -260,33 +262,36 @@ def child_pids() -> list[int]:
             continue
         if stat.rsplit(")", 1)[1].split()[1] == me:
             pids.append(int(entry))
-    return pids
+    return sorted(pids, key=lambda pid: b"dexcli" not in Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds all threads of the processes ran so far (schedstat, ns resolution)."""
-    total = 0
+def cpu_seconds(pids: list[int]) -> list[float]:
+    """CPU seconds all threads of each process ran so far (schedstat, ns resolution)."""
+    totals: list[float] = []
     for pid in pids:
+        total = 0
         try:
             threads = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            continue
+            threads = []
         for tid in threads:
             try:
                 total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
             except (OSError, ValueError, IndexError):
                 continue
-    return total / 1e9
+        totals.append(total / 1e9)
+    return totals
 
 
-def summary(label: str, results: list[float], cpu_ms: float) -> float:
+def summary(label: str, results: list[float], cpu_s: list[float], turns: int) -> float:
     """Print one size's figures; return the median engine ms."""
     engine = statistics.median(results)
     quartiles = statistics.quantiles(results, n=4)
     print(
         f"{label}: n={len(results)} engine median={engine:.1f}ms (p25 {quartiles[0]:.1f}, "
         f"p75 {quartiles[2]:.1f}, min {min(results):.1f}, max {max(results):.1f}); "
-        f"server+Worker cpu {cpu_ms:.1f}ms/turn"
+        f"cpu/turn server {cpu_s[0] * 1000 / max(turns, 1):.1f}ms "
+        f"Worker {cpu_s[1] * 1000 / max(turns, 1):.1f}ms"
     )
     return engine
 
@@ -320,22 +325,23 @@ async def bench(args: argparse.Namespace) -> str:
             await long.turn(quiet=False)
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
-        long.cpu_s, long.cpu_turns, long.timelines = 0.0, 0, []
+        long.cpu_s, long.cpu_turns, long.timelines = [0.0, 0.0], 0, []
         loaded = [await long.turn(pids=pids) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
 
-    cpu_fresh = sum(s.cpu_s for s in fresh_sessions)
+    cpu_fresh = [sum(s.cpu_s[i] for s in fresh_sessions) for i in range(2)]
     fresh_turns = sum(s.cpu_turns for s in fresh_sessions)
     if args.breakdown:
         fresh_timelines = [t for s in fresh_sessions for t in s.timelines]
         print_timeline_medians("0 prior messages", fresh_timelines)
         print_timeline_medians(f"{prior} prior messages", long.timelines)
-    zero = summary("0 prior messages", fresh, cpu_fresh * 1000 / max(fresh_turns, 1))
+    zero = summary("0 prior messages", fresh, cpu_fresh, fresh_turns)
     thousand = summary(
         f"{prior} prior messages (built in {padding_s:.1f}s)",
         loaded,
-        long.cpu_s * 1000 / max(long.cpu_turns, 1),
+        long.cpu_s,
+        long.cpu_turns,
     )
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     return (
