@@ -49,6 +49,7 @@ from dex_agents import (
     AgentSessionClient,
     AgentSessionFlow,
     AgentSessionOptions,
+    AgentUsage,
     ToolEffect,
     ToolPolicy,
 )
@@ -77,9 +78,14 @@ def noop(index: int) -> str:
 
 def build_flow() -> AgentSessionFlow:
     calls = [ScriptedToolCall(tool_name="noop", arguments={"index": i}) for i in range(3)]
+    # A fixed usage keeps the scripted model instant: without it the model derives token
+    # counts from every message of the session, a cost that grows with the history.
+    usage = AgentUsage(requests=1, input_tokens=100, output_tokens=10, total_tokens=110)
     model = ScriptedModel(
         default=lambda call: (
-            ScriptedToolCalls(calls=calls) if call.call_index == 0 else ScriptedText(text="done")
+            ScriptedToolCalls(calls=calls, usage=usage)
+            if call.call_index == 0
+            else ScriptedText(text="done", usage=usage)
         )
     )
     return AgentSessionFlow(
