@@ -19,7 +19,7 @@ from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
 from dex._worker._blobs import BlobResolver
 from dex._worker._options import WorkerOptions
-from dex._worker._session import RegistrationRejected, Session
+from dex._worker._session import RegistrationRejectedError, Session
 from dex._worker._stats import WorkerStats
 
 log = logging.getLogger("dex.worker")
@@ -161,13 +161,23 @@ class AsyncWorker:
 
     @property
     def blobs(self) -> BlobResolver:
+        """The blob resolver of the running Worker (sessions fetch large values with it).
+
+        Only valid between ``start()`` and ``stop()``; the Worker creates it on start.
+        """
         assert self._blobs is not None
         return self._blobs
 
     async def invoke(self, task: Task, io: TaskIO) -> TaskResult:
+        """Run one task's handler and return its result; sessions call it per task.
+
+        Handler errors become an error ``TaskResult``; it raises only on cancellation.
+        Safe to call concurrently, one call per task.
+        """
         return await invoke(self.registry, task, io)
 
     def register_frame(self) -> Register:
+        """Return the ``Register`` frame a session sends first: ID, Flow specs, task slots."""
         return Register(
             app_worker_id=self.app_worker_id,
             flows=self._flow_specs,
@@ -216,7 +226,7 @@ class AsyncWorker:
                     await self._serve_until_stop(session, stop_event)
                     self._session = None
                     delay = _BACKOFF_MIN_S
-            except RegistrationRejected as exc:
+            except RegistrationRejectedError as exc:
                 self._session = None
                 permanent = exc.code in _PERMANENT_CODES
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff

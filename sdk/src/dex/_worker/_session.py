@@ -49,7 +49,7 @@ log = logging.getLogger("dex.worker")
 _DEADLINE_GRACE_S = 1.0
 
 
-class SessionLost(ConnectionError):
+class SessionLostError(ConnectionError):
     """The connection to the server closed while a task waited on it."""
 
 
@@ -131,7 +131,7 @@ class Session:
         """Send ``Register`` and wait for the answer.
 
         Raises:
-            RegistrationRejected: the server refused this Worker.
+            RegistrationRejectedError: the server refused this Worker.
 
         """
         await self._ws.send(encoder.encode(self._worker.register_frame()), text=True)
@@ -141,7 +141,7 @@ class Session:
                 if isinstance(frame, Registered):
                     return frame
                 if isinstance(frame, RegisterRejected):
-                    raise RegistrationRejected(frame.code, frame.message)
+                    raise RegistrationRejectedError(frame.code, frame.message)
                 log.warning("ignoring %s frame before registration", type(frame).__name__)
 
     # ------------------------------------------------------------------ main loop
@@ -218,7 +218,7 @@ class Session:
                 raise
         except TimeoutError:
             result = _error_result(task, "TaskDeadlineExceeded", "the task's deadline passed")
-        except SessionLost:
+        except SessionLostError:
             io.cancelled = True
         except Exception as exc:  # invoke turns user errors into results; this is ours
             log.exception("task %s failed inside the Worker", task.task_id)
@@ -246,12 +246,12 @@ class Session:
     def _abandon_all(self) -> None:
         for ack in self._acks.values():
             if not ack.done():
-                ack.set_exception(SessionLost("connection to the Dex server lost"))
+                ack.set_exception(SessionLostError("connection to the Dex server lost"))
                 ack.exception()
         self._acks.clear()
         for read in self._reads.values():
             if not read.done():
-                read.set_exception(SessionLost("connection to the Dex server lost"))
+                read.set_exception(SessionLostError("connection to the Dex server lost"))
                 read.exception()
         self._reads.clear()
         for task_id in list(self._tasks):
@@ -270,7 +270,7 @@ class Session:
     def expect_ack(self, task_id: str, seq: int) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._closed:
-            fut.set_exception(SessionLost("connection to the Dex server lost"))
+            fut.set_exception(SessionLostError("connection to the Dex server lost"))
         else:
             self._acks[(task_id, seq)] = fut
         return fut
@@ -281,12 +281,12 @@ class Session:
         Blob references in the answer are resolved into ``values``.
 
         Raises:
-            SessionLost: the connection closed before the answer.
+            SessionLostError: the connection closed before the answer.
             DexServiceError: the server refused the read.
 
         """
         if self._closed:
-            raise SessionLost("connection to the Dex server lost")
+            raise SessionLostError("connection to the Dex server lost")
         self._read_ids += 1
         request.request_id = self._read_ids
         fut: asyncio.Future[StateValues] = asyncio.get_running_loop().create_future()
@@ -344,7 +344,7 @@ class Session:
         return len(self._tasks)
 
 
-class RegistrationRejected(Exception):
+class RegistrationRejectedError(Exception):
     """The server answered ``RegisterRejected``."""
 
     def __init__(self, code: str, message: str) -> None:
