@@ -431,6 +431,11 @@ class HistoryEventWire(Struct, kw_only=True, omit_defaults=True):
 
 
 class HistoryPage(Struct, kw_only=True, omit_defaults=True):
+    """One page of a run's history (``Client.get_history``), oldest event first.
+
+    Pass ``next_page_token`` back for the next page; None means this is the last one.
+    """
+
     flow_id: str
     run_id: str
     events: list[HistoryEventWire]
@@ -447,6 +452,12 @@ class ActiveStepWire(Struct, kw_only=True, omit_defaults=True):
 
 
 class FlowStateWire(Struct, kw_only=True, omit_defaults=True):
+    """A snapshot of a Flow's latest run (``Client.get_flow_state``), for tools and tests.
+
+    ``channel_sizes`` maps physical Channel names to pending counts; ``attribute_names``
+    lists the Attributes (and map instances) that hold a value.
+    """
+
     info: FlowInfoWire
     active_steps: list[ActiveStepWire] = []
     channel_sizes: dict[str, int] = {}
@@ -475,6 +486,8 @@ class StreamListResponse(Struct, kw_only=True, omit_defaults=True):
 
 
 class HealthResponse(Struct, kw_only=True):
+    """The server's answer to ``Client.health_check``: version and store kind."""
+
     ok: bool
     version: str
     store: str
