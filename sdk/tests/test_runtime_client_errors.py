@@ -1,11 +1,21 @@
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
+from typing import Any
 
 import httpx
 import msgspec
 import pytest
-from dex import AsyncClient, Client, ClientOptions, FlowStatus, Registry
+from dex import (
+    AsyncClient,
+    Client,
+    ClientOptions,
+    FlowStatus,
+    Registry,
+    RPCInvokeOptions,
+    StartFlowOptions,
+)
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode
 from dex._transport import HttpTransport, http_base_url, ws_url
 from dex.errors import (
@@ -130,3 +140,50 @@ def test_flow_status_values_match_the_wire() -> None:
     ]
     assert not FlowStatus.RUNNING.is_closed
     assert FlowStatus.FAILED.is_closed
+
+
+async def test_an_empty_flow_id_is_a_bad_request_before_any_request() -> None:
+    # Without the check, "/v1/flows/" reaches the list route and fails with an HTTP 307.
+    requests: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(500)
+
+    client = AsyncClient(Registry([]))
+    client._http = _transport(httpx.MockTransport(record))
+    calls = [
+        client.describe_flow(""),
+        client.stop_flow(""),
+        client.wait_for_flow("", timeout=1.0),
+        client.get_history(""),
+        client.get_flow_state(""),
+    ]
+    for call in calls:
+        with pytest.raises(BadRequestError, match="flow_id must not be empty") as info:
+            await call
+        assert info.value.code == ErrorCode.BAD_REQUEST
+    assert requests == []
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: ClientOptions(timeout=0), "ClientOptions.timeout"),
+        (lambda: ClientOptions(timeout=float("nan")), "ClientOptions.timeout"),
+        (lambda: StartFlowOptions(start_delay=-1.0), "StartFlowOptions.start_delay"),
+        (lambda: StartFlowOptions(start_delay=float("inf")), "StartFlowOptions.start_delay"),
+        (lambda: RPCInvokeOptions(timeout=timedelta(seconds=-1)), "RPCInvokeOptions.timeout"),
+        (lambda: RPCInvokeOptions(timeout=0.0), "RPCInvokeOptions.timeout"),
+    ],
+)
+def test_option_durations_out_of_range_name_the_field(make: Any, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        make()
+
+
+def test_option_durations_in_range_are_kept() -> None:
+    assert StartFlowOptions(start_delay=0).start_delay == 0
+    assert RPCInvokeOptions(timeout=timedelta(seconds=5)).timeout == timedelta(seconds=5)
+    assert ClientOptions(timeout=0.5).timeout == 0.5

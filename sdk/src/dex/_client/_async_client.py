@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 _LONG_POLL_CAP_S = 60.0
 _LONG_POLL_SLACK_S = 10.0  # HTTP timeout beyond the server-side long poll
-_Q = _defs.quote_segment
+_Q = _defs.flow_segment
 
 
 class AsyncClient:

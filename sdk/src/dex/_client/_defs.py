@@ -11,19 +11,20 @@ from msgspec import Raw
 
 from dex._codec import Codec, codec_for
 from dex._flow import Flow
-from dex._protocol import FlowSpec
+from dex._protocol import ErrorCode, FlowSpec
 from dex._registry import Registry
 from dex._rpc import rpc_info
 from dex._spec import flow_spec as _flow_spec
 from dex._state._common import instance_name
 from dex._step import step_input_type
-from dex.errors import FlowDefinitionError
+from dex.errors import BadRequestError, FlowDefinitionError
 
 __all__ = [
     "RpcCall",
     "StreamTarget",
     "encode_initial_attributes",
     "encode_start_input",
+    "flow_segment",
     "flow_spec",
     "map_instance_name",
     "quote_segment",
@@ -35,6 +36,19 @@ __all__ = [
 def quote_segment(value: str) -> str:
     """Quote one URL path segment (Flow IDs may hold any character)."""
     return quote(value, safe="")
+
+
+def flow_segment(flow_id: str) -> str:
+    """Quote a Flow ID as a URL path segment, refusing the empty ID no Flow can have.
+
+    Raises:
+        BadRequestError: ``flow_id`` is empty (without this check the request would hit
+            another route and fail with an unrelated HTTP status).
+
+    """
+    if not flow_id:
+        raise BadRequestError("flow_id must not be empty", code=ErrorCode.BAD_REQUEST)
+    return quote_segment(flow_id)
 
 
 def _codec(registry: Registry | None, tp: object) -> Codec:
@@ -126,7 +140,7 @@ class StreamTarget:
     def path(self, flow_id: str) -> str:
         return (
             f"/v1/streams/{quote_segment(self.flow_type)}/{quote_segment(self.name)}/"
-            f"{quote_segment(flow_id)}"
+            f"{flow_segment(flow_id)}"
         )
 
     def encode(self, value: Any) -> Raw:

@@ -4,9 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from dex._options import seconds
+
+__all__ = [
+    "ClientOptions",
+    "IdReusePolicy",
+    "InitialAttribute",
+    "RPCInvokeOptions",
+    "StartFlowOptions",
+    "StopFlowOptions",
+    "StopType",
+    "seconds",
+]
+
+
+def _check_duration(owner: str, name: str, value: timedelta | float | None, *, zero: bool) -> None:
+    s = seconds(value)
+    if s is not None and (not math.isfinite(s) or s < 0 or (s == 0 and not zero)):
+        bound = "non-negative" if zero else "positive"
+        raise ValueError(f"{owner}.{name} must be finite and {bound}, got {value!r}")
 
 
 class IdReusePolicy(enum.Enum):
@@ -41,11 +62,17 @@ class ClientOptions:
         timeout: seconds a single request may take (default 30). Long polls
             (``wait_for_flow``, ``read_stream``) add their own wait on top.
 
+    Raises:
+        ValueError: ``timeout`` is not a finite positive number.
+
     """
 
     server_address: str = "localhost:8801"
     credential: str | None = None
     timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check_duration("ClientOptions", "timeout", self.timeout, zero=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +98,9 @@ class StartFlowOptions:
         initial_attributes: values written atomically with the Flow's creation; add them
             with ``with_attribute`` / ``with_attribute_map``.
 
+    Raises:
+        ValueError: ``start_delay`` is negative or not finite.
+
     """
 
     id_reuse_policy: IdReusePolicy = IdReusePolicy.DEFAULT
@@ -78,6 +108,9 @@ class StartFlowOptions:
     ignore_already_started: bool = False
     start_delay: timedelta | float | None = None
     initial_attributes: tuple[InitialAttribute, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_duration("StartFlowOptions", "start_delay", self.start_delay, zero=True)
 
     def with_attribute(self, attribute: Any, value: Any) -> StartFlowOptions:
         """Return a copy that also sets the Attribute ``attribute`` to ``value`` at start."""
@@ -104,11 +137,17 @@ class RPCInvokeOptions:
         lock_attribute_map_instances: extra map instances to lock for this call, as
             ``(attribute_map, key)`` pairs; any lock makes the call transactional.
 
+    Raises:
+        ValueError: ``timeout`` is not a finite positive duration.
+
     """
 
     timeout: timedelta | float | None = None
     load_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
     lock_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_duration("RPCInvokeOptions", "timeout", self.timeout, zero=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,12 +156,3 @@ class StopFlowOptions:
 
     type: StopType = StopType.CANCEL
     reason: str | None = None
-
-
-def seconds(value: timedelta | float | None) -> float | None:
-    """Convert a duration option to seconds (None stays None)."""
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return float(value)
