@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from dex import (
     Context,
@@ -128,17 +128,7 @@ class AwaitToolApproval(_ToolCallStep):
             answer = answers[0]
             remove_interrupts(context, [interrupt_id])
             rejection = None if answer.approved else answer.rejection_message
-            emit(
-                self._parts,
-                context,
-                record.turn_id,
-                AgentEventType.INTERRUPT_RESOLVED,
-                {
-                    "interrupt_id": interrupt_id,
-                    "approved": answer.approved,
-                    "rejection_message": rejection,
-                },
-            )
+            self._emit_resolved(context, record, answer.approved, rejection)
             if answer.approved:
                 approved = _approve(context, record)
                 return StepDecision.go_to_many(movement_to(self._run_step(approved), input))
@@ -157,17 +147,7 @@ class AwaitToolApproval(_ToolCallStep):
             return StepDecision.go_to_many(movement_to(self, input))
         if not remove_interrupts(context, [interrupt_id]):
             return StepDecision.go_to_many(movement_to(self, input))
-        emit(
-            self._parts,
-            context,
-            record.turn_id,
-            AgentEventType.INTERRUPT_RESOLVED,
-            {
-                "interrupt_id": interrupt_id,
-                "approved": False,
-                "rejection_message": EXPIRED_REJECTION,
-            },
-        )
+        self._emit_resolved(context, record, False, EXPIRED_REJECTION)
         finish_tool_call(
             self._parts,
             context,
@@ -176,6 +156,21 @@ class AwaitToolApproval(_ToolCallStep):
             rejection_message=EXPIRED_REJECTION,
         )
         return StepDecision.dead_end()
+
+    def _emit_resolved(
+        self, ctx: Context, record: AgentToolCall, approved: bool, rejection: str | None
+    ) -> None:
+        emit(
+            self._parts,
+            ctx,
+            record.turn_id,
+            AgentEventType.INTERRUPT_RESOLVED,
+            {
+                "interrupt_id": record.interrupt_id or "",
+                "approved": approved,
+                "rejection_message": rejection,
+            },
+        )
 
     def _run_step(self, record: AgentToolCall) -> _ToolCallStep:
         return self._run_steps[record.effect.is_retryable]
@@ -195,7 +190,23 @@ def _approve(ctx: Context, record: AgentToolCall) -> AgentToolCall:
 
 
 class _RunToolStep(_ToolCallStep):
-    """Runs one tool call: ``tool_call_started``, a durable heartbeat, then the runner."""
+    """Runs one tool call: ``tool_call_started``, a durable heartbeat, then the runner.
+
+    Subclasses set the attempt budget; an exhausted budget goes to the failure Step.
+    """
+
+    max_attempts: ClassVar[int]
+
+    def __init__(self, parts: SessionParts, failure: _RecordFailureStep) -> None:
+        super().__init__(parts)
+        self._failure = failure
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_retry=RetryPolicy(maximum_attempts=self.max_attempts),
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
 
     async def execute(self, context: Context, input: str) -> StepDecision:
         ctx = as_async(context)
@@ -269,28 +280,16 @@ class RecordToolOutcomeUnknown(_RecordFailureStep):
 class CallTool(_RunToolStep):
     """Runs a read or idempotent write: 3 attempts, then ``RecordToolFailure``."""
 
-    def __init__(self, parts: SessionParts, failure: RecordToolFailure) -> None:
-        super().__init__(parts)
-        self._failure = failure
+    max_attempts = 3
 
-    def base_options(self) -> StepOptions:
-        return StepOptions(
-            wait_for_durability=SYNC,
-            execute_durability=SYNC,
-            execute_retry=RetryPolicy(maximum_attempts=3),
-        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+    def __init__(self, parts: SessionParts, failure: RecordToolFailure) -> None:
+        super().__init__(parts, failure)
 
 
 class CallSingleAttemptTool(_RunToolStep):
     """Runs a non-idempotent write or unclassified call once; else ``RecordToolOutcomeUnknown``."""
 
-    def __init__(self, parts: SessionParts, failure: RecordToolOutcomeUnknown) -> None:
-        super().__init__(parts)
-        self._failure = failure
+    max_attempts = 1
 
-    def base_options(self) -> StepOptions:
-        return StepOptions(
-            wait_for_durability=SYNC,
-            execute_durability=SYNC,
-            execute_retry=RetryPolicy(maximum_attempts=1),
-        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+    def __init__(self, parts: SessionParts, failure: RecordToolOutcomeUnknown) -> None:
+        super().__init__(parts, failure)
