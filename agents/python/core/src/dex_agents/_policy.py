@@ -48,6 +48,10 @@ class AgentSessionOptions:
         interrupt_deadline: how long an approval may wait before it expires as rejected;
             None (default) waits forever. Deadlines are Unix times on the Worker clock.
 
+    Raises:
+        ValueError: ``agent_events_capacity_bytes`` or ``interrupt_deadline`` is not
+            positive.
+
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)

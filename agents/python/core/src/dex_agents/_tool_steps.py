@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dex import (
     Context,
@@ -23,6 +23,7 @@ from dex import (
     StepMovement,
     StepOptions,
     Timer,
+    TimerCondition,
     Wait,
 )
 from msgspec.structs import replace
@@ -84,7 +85,7 @@ def movement_to(step: _ToolCallStep, tool_call_id: str) -> StepMovement:
     return StepMovement.of(step, tool_call_id, options=step.options_for(tool_call_id))
 
 
-def _deadline_timer(deadline: float) -> Any:
+def _deadline_timer(deadline: float) -> TimerCondition:
     # Whole seconds, rounded up, so the Timer never fires before the deadline.
     return Timer.at(datetime.fromtimestamp(math.ceil(deadline), UTC))
 
