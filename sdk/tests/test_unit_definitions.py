@@ -348,3 +348,18 @@ def test_rpc_info_gives_bound_rpc() -> None:
         rpc_info(Shop.status)
     with pytest.raises(FlowDefinitionError):
         rpc_info(shop.get_steps)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"backoff_coefficient": float("nan")},
+        {"backoff_coefficient": float("inf")},
+        {"initial_interval": float("nan")},
+        {"maximum_interval": float("inf")},
+        {"total_duration": float("nan")},
+    ],
+)
+def test_retry_policy_rejects_non_finite_values(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -68,12 +69,17 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         for name in ("initial_interval", "maximum_interval", "total_duration"):
             v = seconds(getattr(self, name))
-            if v is not None and v < 0:
-                raise ValueError(f"RetryPolicy.{name} must not be negative")
-        if self.backoff_coefficient < 0 or (
-            self.maximum_attempts is not None and self.maximum_attempts < 0
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"RetryPolicy.{name} must be finite and not negative")
+        if (
+            not math.isfinite(self.backoff_coefficient)
+            or self.backoff_coefficient < 0
+            or (self.maximum_attempts is not None and self.maximum_attempts < 0)
         ):
-            raise ValueError("RetryPolicy: negative backoff_coefficient or maximum_attempts")
+            raise ValueError(
+                "RetryPolicy: backoff_coefficient must be finite and not negative, "
+                "maximum_attempts not negative"
+            )
 
 
 def _tuple(v: Any) -> tuple[Any, ...]:
