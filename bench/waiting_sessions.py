@@ -112,7 +112,16 @@ async def start_range(client: dex.AsyncClient, first: int, last: int, concurrenc
 
     async def starter() -> None:
         for i in indexes:
-            await client.start_flow(WAITING, flow_id(i), i)
+            for attempt in range(5):
+                try:
+                    await client.start_flow(WAITING, flow_id(i), i)
+                    break
+                except dex.errors.FlowAlreadyStartedError:
+                    break  # an earlier try that lost its connection did start it
+                except dex.errors.ServiceUnavailableError:
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(0.2)
 
     await asyncio.gather(*(starter() for _ in range(min(concurrency, last - first))))
 
