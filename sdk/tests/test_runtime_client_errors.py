@@ -187,3 +187,64 @@ def test_option_durations_in_range_are_kept() -> None:
     assert StartFlowOptions(start_delay=0).start_delay == 0
     assert RPCInvokeOptions(timeout=timedelta(seconds=5)).timeout == timedelta(seconds=5)
     assert ClientOptions(timeout=0.5).timeout == 0.5
+
+
+def _flaky(fail_times: int, seen: list[httpx.Request]) -> httpx.MockTransport:
+    """A server whose first ``fail_times`` connections drop before answering."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) <= fail_times:
+            raise httpx.ReadError("connection closed by peer", request=request)
+        return httpx.Response(200, json={"run_id": "r-1"})
+
+    return httpx.MockTransport(handler)
+
+
+async def test_idempotent_requests_are_sent_again_after_a_dropped_connection() -> None:
+    seen: list[httpx.Request] = []
+    transport = _transport(_flaky(2, seen))
+    response = await transport.raw("GET", "/v1/flows/f-1")
+    assert response.status_code == 200
+    assert len(seen) == 3
+    seen.clear()
+    await transport.raw("POST", "/v1/flows", body={"x": 1}, idempotent=True)
+    assert len(seen) == 3
+
+
+async def test_other_requests_are_not_sent_twice() -> None:
+    seen: list[httpx.Request] = []
+    transport = _transport(_flaky(1, seen))
+    with pytest.raises(ServiceUnavailableError):
+        await transport.raw("POST", "/v1/flows/f-1/rpc", body={"rpc_name": "pay"})
+    assert len(seen) == 1
+
+
+async def test_retries_stop_after_three_attempts() -> None:
+    seen: list[httpx.Request] = []
+    transport = _transport(_flaky(10, seen))
+    with pytest.raises(ServiceUnavailableError):
+        await transport.raw("GET", "/v1/flows/f-1")
+    assert len(seen) == 3
+
+
+async def test_a_start_carries_one_request_id_across_resends() -> None:
+    from dex import Flow, Step, StepDecision, StepList
+
+    class Only(Step[None]):
+        def execute(self, context: Any, input: None) -> StepDecision:
+            return StepDecision.graceful_complete()
+
+    class Tiny(Flow[None]):
+        def get_steps(self) -> StepList:
+            return StepList.start_step(Only())
+
+    flow = Tiny()
+    seen: list[httpx.Request] = []
+    client = AsyncClient(Registry([flow]))
+    client._http = _transport(_flaky(1, seen))  # the edge under test: a dropped connection
+    assert await client.start_flow(flow, "f-1") == "r-1"
+    ids = {msgspec.json.decode(r.content)["request_id"] for r in seen}
+    assert len(seen) == 2
+    assert len(ids) == 1
+    assert ids.pop() != ""

@@ -8,6 +8,7 @@ it into the ``dex.errors`` class of its code. Failing to reach the server at all
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 import httpx
@@ -95,6 +96,15 @@ def transport_error(exc: httpx.HTTPError, what: str) -> DexServiceError:
     )
 
 
+_RETRY_DELAYS_S = (0.05, 0.25)
+_RETRYABLE_TRANSPORT = (
+    httpx.ConnectError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+
+
 class HttpTransport:
     """A small JSON-over-HTTP caller bound to one server (one pooled ``httpx.AsyncClient``).
 
@@ -127,6 +137,7 @@ class HttpTransport:
         params: dict[str, str] | None = None,
         timeout: float | None = None,
         flow_id: str | None = None,
+        idempotent: bool = False,
     ) -> T:
         """Send one request and decode the 2xx JSON answer as ``response_type``.
 
@@ -135,7 +146,13 @@ class HttpTransport:
 
         """
         response = await self.raw(
-            method, path, body=body, params=params, timeout=timeout, flow_id=flow_id
+            method,
+            path,
+            body=body,
+            params=params,
+            timeout=timeout,
+            flow_id=flow_id,
+            idempotent=idempotent,
         )
         try:
             return msgspec.json.decode(response.content, type=response_type)
@@ -154,21 +171,35 @@ class HttpTransport:
         params: dict[str, str] | None = None,
         timeout: float | None = None,
         flow_id: str | None = None,
+        idempotent: bool = False,
     ) -> httpx.Response:
-        """Send one request and return the 2xx response; raise the mapped error otherwise."""
+        """Send one request and return the 2xx response; raise the mapped error otherwise.
+
+        GET requests, and others marked ``idempotent``, are sent again (twice at most)
+        when the connection fails before an answer arrives.
+        """
         content = None if body is None else encoder.encode(body)
         headers = {"Content-Type": "application/json"} if content is not None else None
-        try:
-            response = await self._http.request(
-                method,
-                path,
-                content=content,
-                params=params,
-                headers=headers,
-                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout),
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, f"{method} {path}") from exc
+        retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout),
+                )
+                break
+            except retry_on as exc:
+                # A pooled keep-alive connection the server just closed fails like this;
+                # the request is safe to send again because it is idempotent.
+                if delay is None:
+                    raise transport_error(exc, f"{method} {path}") from exc
+                await asyncio.sleep(delay)
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, f"{method} {path}") from exc
         if response.status_code >= 300:
             raise error_from_response(response, flow_id)
         return response

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,8 @@ class AsyncClient:
             spec=spec,
             input=encoded,
             id_reuse_policy=options.id_reuse_policy.value,
-            request_id=options.request_id,
+            # A request ID makes the start idempotent, so a lost connection can retry it.
+            request_id=options.request_id or uuid.uuid4().hex,
             ignore_already_started=options.ignore_already_started,
             initial_attributes=[
                 InitialAttribute(name=name, value=value)
@@ -146,7 +148,7 @@ class AsyncClient:
             start_delay_s=seconds(options.start_delay),
         )
         response = await self._http.call(
-            "POST", "/v1/flows", StartFlowResponse, body=request, flow_id=flow_id
+            "POST", "/v1/flows", StartFlowResponse, body=request, flow_id=flow_id, idempotent=True
         )
         return response.run_id
 

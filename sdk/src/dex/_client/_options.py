@@ -90,7 +90,8 @@ class StartFlowOptions:
 
     Attributes:
         id_reuse_policy: rule for a Flow ID used before (default ``IdReusePolicy.DEFAULT``).
-        request_id: idempotency key of this start; empty lets the server pick one.
+        request_id: idempotency key of this start; empty: the client picks a random one,
+            so a start it sends again after a lost connection never starts a second run.
         ignore_already_started: when the ID is taken by a run started with the same
             ``request_id``, return its run ID instead of raising
             ``FlowAlreadyStartedError``.
