@@ -116,7 +116,6 @@ def test_server_on_sqlite_url(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "needle"),
     [
-        ("postgresql://user@db/dex", "PostgreSQL is not supported yet"),
         ("mysql://x/y", "expected sqlite"),
         ("sqlite://relative", "expected sqlite"),
     ],

@@ -1,4 +1,4 @@
-"""Internal entry point: ``python -m dex_server --database-path P [options]``.
+"""Internal entry point: ``python -m dex_server (--database-path P | --database-url U) [...]``.
 
 Used by tests (through :mod:`dex_server.testing`) and by process supervisors; users run
 ``dexcli dev`` or ``dexcli server`` instead.
@@ -7,6 +7,7 @@ Used by tests (through :mod:`dex_server.testing`) and by process supervisors; us
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from dex_server.app import ServerConfig, run_server
@@ -14,7 +15,18 @@ from dex_server.app import ServerConfig, run_server
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dex_server", description="Run a Dex server.")
-    p.add_argument("--database-path", type=Path, required=True)
+    p.add_argument("--database-path", type=Path, default=None, help="SQLite file")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="postgresql://user@host:port/db (default: env DEX_DATABASE_URL)",
+    )
+    p.add_argument("--pool-size", type=int, default=4, help="PostgreSQL connections (>= 2)")
+    p.add_argument(
+        "--verify-schema-only",
+        action="store_true",
+        help="do not migrate; fail if the schema is behind",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8801)
     p.add_argument("--address-file", type=Path, default=None)
@@ -35,12 +47,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse command-line arguments into a :class:`ServerConfig`."""
-    a = _parser().parse_args(argv)
+    p = _parser()
+    a = p.parse_args(argv)
+    url: str | None = a.database_url
+    if a.database_path is None and url is None:
+        url = os.environ.get("DEX_DATABASE_URL") or None
+    if (a.database_path is None) == (url is None):
+        p.error("give exactly one of --database-path and --database-url")
     token: str | None = a.token
     if a.token_file is not None:
         token = a.token_file.read_text().strip()
     return ServerConfig(
         database_path=a.database_path,
+        database_url=url,
+        pool_size=a.pool_size,
+        verify_schema_only=a.verify_schema_only,
         host=a.host,
         port=a.port,
         address_file=a.address_file,

@@ -30,6 +30,14 @@ class ServerConfig:
 
     Attributes:
         database_path: the SQLite file holding every durable record (blobs included).
+            Exactly one of ``database_path`` and ``database_url`` is set.
+        database_url: a ``postgresql://`` URL: keep everything in that PostgreSQL database
+            instead (several servers may share it).
+        pool_size: PostgreSQL connections of this server's store: one writer (group
+            commit) and ``pool_size - 1`` for read-only jobs (at least 2 in all; default 4).
+            Ignored for SQLite.
+        verify_schema_only: do not migrate; check that the schema is current and fail at
+            startup if it is behind (for a database role without DDL rights).
         host: interface to listen on.
         port: TCP port; ``0`` picks a free port (see ``address_file``).
         address_file: when set, ``"host:port"`` is written there (atomically) once the
@@ -52,7 +60,10 @@ class ServerConfig:
 
     """
 
-    database_path: Path
+    database_path: Path | None = None
+    database_url: str | None = None
+    pool_size: int = 4
+    verify_schema_only: bool = False
     host: str = "127.0.0.1"
     port: int = 8801
     address_file: Path | None = None
@@ -66,6 +77,12 @@ class ServerConfig:
     fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if (self.database_path is None) == (self.database_url is None):
+            raise ValueError("ServerConfig needs exactly one of database_path and database_url")
+        if self.pool_size < 2:
+            raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")
 
 
 def build_app(config: ServerConfig) -> Starlette:
@@ -138,11 +155,24 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         config: the server configuration.
         ready: set once the server listens (and ``config.address_file`` was written).
 
+    Raises:
+        StoreUnavailableError: the PostgreSQL database cannot be reached.
+        SchemaBehindError: ``verify_schema_only`` and the schema is behind.
+        OSError: the address cannot be bound.
+
     SIGINT and SIGTERM stop the server gracefully: new connections are refused, in-flight
     requests finish, the store commits what it holds and closes.
 
     """
     logging.basicConfig(level=config.log_level.upper())
+    from dex_server.store import prepare_database
+
+    # fail before listening, with a clear error, when the database is unusable
+    await asyncio.to_thread(
+        prepare_database,
+        database_url=config.database_url,
+        verify_only=config.verify_schema_only,
+    )
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))

@@ -10,6 +10,11 @@ Example::
 
 The server runs ``python -m dex_server`` with ``--port 0`` and an address file, so tests
 never collide on ports. Its output goes to ``<dir>/server.log``.
+
+The store is SQLite in ``<dir>`` unless the environment variable ``DEX_TEST_DATABASE`` is
+``postgres``: then each server gets a fresh PostgreSQL database ``dex_test_<random>`` on
+``DEX_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``), kept
+across :meth:`RunningServer.restart` and dropped when the server is stopped.
 """
 
 from __future__ import annotations
@@ -21,11 +26,75 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["RunningServer", "running_server"]
+__all__ = [
+    "RunningServer",
+    "create_test_database",
+    "drop_test_database",
+    "running_server",
+    "fresh_database",
+    "selected_database",
+]
+
+_DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def selected_database() -> str:
+    """``"postgres"`` when ``DEX_TEST_DATABASE=postgres``, else ``"sqlite"``."""
+    kind = os.environ.get("DEX_TEST_DATABASE", "sqlite").strip().lower() or "sqlite"
+    if kind in ("postgres", "postgresql", "pg"):
+        return "postgres"
+    if kind != "sqlite":
+        raise ValueError(f"DEX_TEST_DATABASE must be sqlite or postgres, not {kind!r}")
+    return "sqlite"
+
+
+def _admin_url() -> str:
+    return os.environ.get("DEX_TEST_POSTGRES_URL") or _DEFAULT_POSTGRES_URL
+
+
+def create_test_database() -> str:
+    """Create a fresh, empty PostgreSQL database ``dex_test_<random>``; return its URL."""
+    import psycopg
+
+    admin = _admin_url()
+    name = f"dex_test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    return urlunsplit(urlsplit(admin)._replace(path="/" + name))
+
+
+def drop_test_database(url: str) -> None:
+    """Drop a database :func:`create_test_database` made (its connections are ended)."""
+    import psycopg
+
+    name = urlsplit(url).path.lstrip("/")
+    if not name.startswith("dex_test_"):
+        raise ValueError(f"refusing to drop {name!r}: not a test database")
+    with psycopg.connect(_admin_url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+@contextlib.contextmanager
+def fresh_database() -> Iterator[str | None]:
+    """A fresh PostgreSQL database URL for one test when ``DEX_TEST_DATABASE=postgres``.
+
+    Yields ``None`` when the tests run on SQLite. The database is dropped at exit.
+    """
+    if selected_database() != "postgres":
+        yield None
+        return
+    url = create_test_database()
+    try:
+        yield url
+    finally:
+        drop_test_database(url)
+
 
 _FLAGS = {
     "host": "--host",
@@ -38,6 +107,7 @@ _FLAGS = {
     "max_flow_state_bytes": "--max-flow-state-bytes",
     "dispatch_wait_s": "--dispatch-wait-s",
     "log_level": "--log-level",
+    "pool_size": "--pool-size",
 }
 
 
@@ -46,7 +116,8 @@ class RunningServer:
 
     Attributes:
         directory: folder holding the database, the address file and ``server.log``.
-        database_path: the SQLite file (kept across :meth:`restart`).
+        database_path: the SQLite file (kept across :meth:`restart`); unused on PostgreSQL.
+        database_url: the PostgreSQL database, or ``None`` on SQLite.
         address: ``"host:port"`` of the running server.
         token: the bearer token the server requires, or ``None``.
 
@@ -55,6 +126,10 @@ class RunningServer:
     def __init__(self, directory: Path, overrides: dict[str, object]) -> None:
         self.directory = directory
         self.database_path = directory / "dex.sqlite3"
+        url = overrides.pop("database_url", None)
+        self.database_url: str | None = str(url) if url is not None else None
+        # a database this object created is also dropped by it
+        self._owns_database = False
         self.token: str | None = overrides.get("token")  # type: ignore[assignment]
         self.address = ""
         self._overrides = overrides
@@ -77,8 +152,11 @@ class RunningServer:
             sys.executable,
             "-m",
             "dex_server",
-            "--database-path",
-            str(self.database_path),
+            *(
+                ["--database-url", self.database_url]
+                if self.database_url is not None
+                else ["--database-path", str(self.database_path)]
+            ),
             "--port",
             str(self._overrides.get("port", 0)),
             "--address-file",
@@ -99,6 +177,9 @@ class RunningServer:
 
     async def start(self, timeout_s: float = 20.0) -> None:
         """Start the process and wait until it listens."""
+        if self.database_url is None and selected_database() == "postgres":
+            self.database_url = await asyncio.to_thread(create_test_database)
+            self._owns_database = True
         address_file = self.directory / "server.address"
         address_file.unlink(missing_ok=True)
         self._log = open(self.directory / "server.log", "ab")
@@ -129,9 +210,13 @@ class RunningServer:
         self._close_log()
 
     async def stop(self, timeout_s: float = 10.0) -> int | None:
-        """Stop gracefully with SIGTERM (SIGKILL after ``timeout_s``); return the exit code."""
+        """Stop gracefully with SIGTERM (SIGKILL after ``timeout_s``); return the exit code.
+
+        A PostgreSQL database this object created is dropped afterwards.
+        """
         proc = self._proc
         if proc is None:
+            await self.drop_database()
             return None
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -142,7 +227,14 @@ class RunningServer:
                 proc.kill()
                 proc.wait()
         self._close_log()
+        await self.drop_database()
         return proc.returncode
+
+    async def drop_database(self) -> None:
+        """Drop the PostgreSQL database this server object created (after it stopped)."""
+        if self._owns_database and self.database_url is not None:
+            await asyncio.to_thread(drop_test_database, self.database_url)
+            self._owns_database = False
 
     async def restart(self) -> None:
         """Kill the server if it runs, then start it again on the same database."""
@@ -174,3 +266,4 @@ async def running_server(directory: Path, **overrides: object) -> AsyncIterator[
         yield server
     finally:
         await server.stop()
+        await server.drop_database()

@@ -30,6 +30,7 @@ from dex_server.api._openapi import openapi_document
 from dex_server.api._worker import worker_endpoint
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
+from dex_server.store import StoreUnavailableError
 
 S = TypeVar("S")
 VERSION = "0.1.0"
@@ -111,6 +112,8 @@ def _guard(fn: Handler) -> Handler:
             return await fn(request)
         except ServiceError as err:
             return error_response(err)
+        except StoreUnavailableError as exc:
+            return error_response(ServiceError(ErrorCode.UNAVAILABLE, str(exc)))
 
     return wrapped
 
@@ -119,7 +122,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
     limit = runtime.config.max_request_bytes
 
     async def health(request: Request) -> Response:
-        return _json(HealthResponse(ok=True, version=VERSION, store="sqlite"))
+        return _json(HealthResponse(ok=True, version=VERSION, store=runtime.store.kind))
 
     async def start(request: Request) -> Response:
         req = await _body(request, StartFlowRequest, limit)

@@ -87,8 +87,14 @@ def dev(
     token_file: Annotated[
         Path | None, typer.Option("--token-file", help="Require this bearer token.")
     ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url", help="postgresql://... instead of SQLite in DATA_DIR (optional)."
+        ),
+    ] = None,
 ) -> None:
-    """Start a development server on SQLite in DATA_DIR, on loopback only."""
+    """Start a development server on SQLite in DATA_DIR (or PostgreSQL), on loopback only."""
     from dex_server.cli import _serve
 
     config = _serve.dev_config(
@@ -100,6 +106,7 @@ def dev(
             retention=retention,
             engine=engine,
             token_file=token_file,
+            database_url=database_url,
         )
     )
     _serve.run(config, banner=True)
@@ -108,7 +115,12 @@ def dev(
 @app.command()
 def server(
     database_url: Annotated[
-        str, typer.Option("--database-url", help="sqlite:///PATH (PostgreSQL comes later).")
+        str,
+        typer.Option(
+            "--database-url",
+            envvar="DEX_DATABASE_URL",
+            help="postgresql://USER@HOST:PORT/DB (several servers may share it) or sqlite:///PATH.",
+        ),
     ],
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 8801,
@@ -123,6 +135,21 @@ def server(
         Path | None,
         typer.Option("--address-file", help="Write host:port here once listening."),
     ] = None,
+    pool_size: Annotated[
+        int,
+        typer.Option(
+            "--pool-size",
+            min=2,
+            help="PostgreSQL connections: one writer, the rest for reads (default 4).",
+        ),
+    ] = 4,
+    verify_schema_only: Annotated[
+        bool,
+        typer.Option(
+            "--verify-schema-only",
+            help="Do not migrate; fail if the schema is behind (role without DDL rights).",
+        ),
+    ] = False,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -135,6 +162,8 @@ def server(
             token_file=token_file,
             retention=retention,
             address_file=address_file,
+            pool_size=pool_size,
+            verify_schema_only=verify_schema_only,
         )
     )
     _serve.run(config, banner=False)

@@ -17,6 +17,7 @@ from typing import Any
 from dex_server.app import ServerConfig, serve
 from dex_server.cli._durations import human_duration, is_loopback, parse_duration
 from dex_server.cli._output import EXIT_REQUEST_FAILED, CliError, usage_error
+from dex_server.store import SchemaBehindError, StoreUnavailableError, is_postgres_url
 
 ENGINES = ("zd",)
 
@@ -30,6 +31,7 @@ class DevArgs:
     retention: str
     engine: str
     token_file: Path | None
+    database_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +42,8 @@ class ServerArgs:
     token_file: Path | None
     retention: str
     address_file: Path | None
+    pool_size: int = 4
+    verify_schema_only: bool = False
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -53,10 +57,14 @@ def dev_config(args: DevArgs) -> ServerConfig:
         )
     data_dir = args.data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    url = args.database_url
+    if url is not None and not is_postgres_url(url):
+        raise usage_error(f"--database-url: expected postgresql://..., got {url!r}")
     return ServerConfig(
         host=args.host,
         port=args.port,
-        database_path=data_dir / "dex.sqlite3",
+        database_path=None if url else data_dir / "dex.sqlite3",
+        database_url=url,
         address_file=(args.address_file or data_dir / "address").resolve(),
         token=_read_token(args.token_file, env=None),
         retention_s=parse_duration(args.retention, option="--retention"),
@@ -65,10 +73,14 @@ def dev_config(args: DevArgs) -> ServerConfig:
 
 def server_config(args: ServerArgs) -> ServerConfig:
     """Build the configuration of ``dexcli server`` from its database URL."""
+    url = args.database_url
     return ServerConfig(
         host=args.host,
         port=args.port,
-        database_path=sqlite_path(args.database_url),
+        database_path=None if is_postgres_url(url) else sqlite_path(url),
+        database_url=url if is_postgres_url(url) else None,
+        pool_size=args.pool_size,
+        verify_schema_only=args.verify_schema_only,
         address_file=args.address_file.resolve() if args.address_file else None,
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
@@ -79,17 +91,14 @@ def sqlite_path(url: str) -> Path:
     """Return the file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL.
 
     Raises:
-        CliError: usage error for PostgreSQL (not available yet) and other schemes.
+        CliError: usage error for other schemes.
 
     """
     scheme, sep, rest = url.partition("://")
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
-        raise usage_error(
-            "--database-url: PostgreSQL is not supported yet; use sqlite:///PATH for now"
-        )
     if scheme != "sqlite" or not sep or not rest.startswith("/") or rest == "/":
         raise usage_error(
-            f"--database-url: expected sqlite:///relative/path or sqlite:////absolute/path, "
+            "--database-url: expected sqlite:///relative/path, sqlite:////absolute/path "
+            f"or postgresql://USER@HOST:PORT/DB, "
             f"got {url!r}"
         )
     path = Path(rest[1:]).expanduser().resolve()
@@ -153,6 +162,8 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         waiter.cancel()
         try:
             await server  # startup failed: raise its error
+        except (StoreUnavailableError, SchemaBehindError) as exc:
+            raise CliError(str(exc), code="UNAVAILABLE", exit_code=EXIT_REQUEST_FAILED) from exc
         except OSError as exc:  # typically the port is taken
             raise CliError(
                 f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}",
@@ -164,7 +175,7 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
     if banner:
         _banner(config, address)
     else:
-        _info(f"dex server listening on {address} (store: sqlite {config.database_path})")
+        _info(f"dex server listening on {address} (store: {_store_label(config)})")
         if config.token is None and not is_loopback(config.host):
             _info("warning: no token (--token-file or DEX_SERVER_TOKEN): anyone can connect")
     await server
@@ -179,7 +190,7 @@ def _listening_address(config: ServerConfig) -> str:
 def _banner(config: ServerConfig, address: str) -> None:
     lines = [
         f"Dex dev server listening on {address}",
-        f"  store:      sqlite {config.database_path}",
+        f"  store:      {_store_label(config)}",
         f"  retention:  closed Flows kept {human_duration(config.retention_s)}",
         f"  auth:       {'bearer token required' if config.token else 'none (loopback only)'}",
         "",
@@ -192,6 +203,14 @@ def _banner(config: ServerConfig, address: str) -> None:
         "Press Ctrl-C to stop.",
     ]
     _info("\n".join(lines))
+
+
+def _store_label(config: ServerConfig) -> str:
+    if config.database_url is not None:
+        from dex_server.store.postgres import redact
+
+        return f"postgres {redact(config.database_url)}"
+    return f"sqlite {config.database_path}"
 
 
 def _info(text: str) -> None:

@@ -41,7 +41,7 @@ from dex_server.service._common import (
 )
 from dex_server.service._steps import AttemptRef
 from dex_server.service._tasks import build_step_task
-from dex_server.store import SqliteStore, Tx
+from dex_server.store import Tx, create_store
 
 if TYPE_CHECKING:
     from dex_server.app import ServerConfig
@@ -56,7 +56,13 @@ class Runtime:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.store = SqliteStore(config.database_path, fsync=config.fsync)
+        self.store = create_store(
+            database_path=config.database_path,
+            database_url=config.database_url,
+            fsync=config.fsync,
+            pool_size=config.pool_size,
+            verify_only=config.verify_schema_only,
+        )
         self.specs = Specs()
         self.limits = Limits(
             blob_threshold_bytes=config.blob_threshold_bytes,

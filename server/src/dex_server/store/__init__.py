@@ -1,9 +1,75 @@
-"""Durable store: a contract per aggregate, the SQLite dialect and numbered migrations."""
+"""Durable store: a contract per aggregate, the SQLite and PostgreSQL dialects, migrations."""
 
 from __future__ import annotations
 
-from dex_server.store._contract import Tx
+from pathlib import Path
+
+from dex_server.store._contract import Store, StoreUnavailableError, Tx
+from dex_server.store._migrations import SchemaBehindError
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
 from dex_server.store.sqlite import SqliteStore
 
-__all__ = ["ExecRecord", "FlowRecord", "PendingMessage", "SqliteStore", "StoredValue", "Tx"]
+__all__ = [
+    "ExecRecord",
+    "FlowRecord",
+    "PendingMessage",
+    "SchemaBehindError",
+    "SqliteStore",
+    "Store",
+    "StoreUnavailableError",
+    "StoredValue",
+    "Tx",
+    "create_store",
+    "prepare_database",
+    "is_postgres_url",
+]
+
+
+def is_postgres_url(url: str) -> bool:
+    """Whether ``url`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def create_store(
+    *,
+    database_path: Path | None,
+    database_url: str | None,
+    fsync: bool,
+    pool_size: int,
+    verify_only: bool,
+) -> Store:
+    """The store a server configuration names: PostgreSQL for a URL, else the SQLite file."""
+    if database_url is not None:
+        from dex_server.store.postgres import PostgresStore
+
+        return PostgresStore(
+            database_url, fsync=fsync, pool_size=pool_size, verify_only=verify_only
+        )
+    if database_path is None:
+        raise ValueError("a server needs database_path (SQLite) or database_url (PostgreSQL)")
+    return SqliteStore(database_path, fsync=fsync, verify_only=verify_only)
+
+
+def prepare_database(*, database_url: str | None, verify_only: bool) -> None:
+    """Check a PostgreSQL database before serving: reachable, and migrated (or migrate it).
+
+    A no-op for SQLite. Blocking; run it off the event loop.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached.
+        SchemaBehindError: ``verify_only`` and the schema lacks migrations.
+
+    """
+    if database_url is None:
+        return
+    import psycopg
+
+    from dex_server.store.postgres import migrate, redact
+
+    try:
+        migrate(database_url, verify_only=verify_only)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreUnavailableError(
+            f"cannot reach PostgreSQL at {redact(database_url)}: {first}"
+        ) from exc

@@ -1,14 +1,15 @@
 """The store contract, split per aggregate. Dialects implement these in ``store/<dialect>/``.
 
 Every method runs inside the transaction of the job that calls it (see
-:class:`~dex_server.store.sqlite.SqliteStore.submit`); none commits on its own.
+:class:`Store.submit`); none commits on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from dex._protocol import FlowSpec
 
@@ -100,3 +101,30 @@ class Tx:
     timers: TimersStore
     history: HistoryStore
     blobs: BlobsStore
+
+
+T = TypeVar("T")
+
+
+class StoreUnavailableError(Exception):
+    """The database cannot be reached (or a commit's outcome is unknown); retry later."""
+
+
+class Store(Protocol):
+    """A durable store: jobs (``Callable[[Tx], T]``) run in transactions, in groups.
+
+    ``submit``'s future resolves after the job's transaction committed (or with the job's
+    exception; the job's writes are then rolled back, and nothing else of its group). A
+    dialect that loses its database fails jobs with :class:`StoreUnavailableError`.
+    """
+
+    kind: str
+    batches: int
+    jobs: int
+
+    def open(self) -> None: ...
+    async def close(self) -> None: ...
+    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]: ...
+    async def run(self, job: Callable[[Tx], T]) -> T: ...
+    def describe(self) -> str:
+        """Where the data lives, for logs and banners (no credentials)."""

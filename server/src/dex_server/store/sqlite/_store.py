@@ -6,13 +6,13 @@ import logging
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dex_server.store._contract import Tx
-from dex_server.store._migrations import load_migrations
+from dex_server.store._migrations import apply_migrations as run_migrations
+from dex_server.store._migrations import statements, verify_schema
 from dex_server.store.sqlite._repos import (
     SqliteBlobs,
     SqliteChannels,
@@ -51,41 +51,47 @@ def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
     return conn
 
 
+class _SqliteMigrationDb:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def ensure_version_table(self) -> None:
+        self.c.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY,"
+            " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+
+    def begin_locked(self) -> None:
+        self.c.execute("BEGIN IMMEDIATE")
+
+    def applied(self) -> set[int]:
+        return {r[0] for r in self.c.execute("SELECT version FROM schema_version")}
+
+    def execute_script(self, sql: str) -> None:
+        for statement in statements(sql):
+            self.c.execute(statement)
+
+    def record(self, version: int, name: str, applied_at: float) -> None:
+        self.c.execute(
+            "INSERT INTO schema_version (version, name, applied_at) VALUES (?,?,?)",
+            (version, name, applied_at),
+        )
+
+    def commit(self) -> None:
+        self.c.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.c.in_transaction:
+            self.c.execute("ROLLBACK")
+
+
 def apply_migrations(conn: sqlite3.Connection) -> list[int]:
     """Apply every migration newer than the recorded ``schema_version``; return those applied.
 
     Each migration runs in its own ``BEGIN IMMEDIATE`` transaction together with its
     version row, so concurrent runners and restarts apply each one exactly once.
     """
-    applied: list[int] = []
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY,"
-        " name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    for mig in load_migrations():
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            done = conn.execute(
-                "SELECT 1 FROM schema_version WHERE version=?", (mig.version,)
-            ).fetchone()
-            if not done:
-                for statement in _statements(mig.sql):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, name, applied_at) VALUES (?,?,?)",
-                    (mig.version, mig.name, time.time()),
-                )
-                applied.append(mig.version)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    return applied
-
-
-def _statements(sql: str) -> list[str]:
-    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    return run_migrations(_SqliteMigrationDb(conn), "sqlite")
 
 
 class SqliteStore:
@@ -106,9 +112,12 @@ class SqliteStore:
     see every transaction committed before they start.
     """
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    kind = "sqlite"
+
+    def __init__(self, path: Path, *, fsync: bool = True, verify_only: bool = False) -> None:
         self.path = path
         self.fsync = fsync
+        self.verify_only = verify_only
         self._queue: queue.SimpleQueue[tuple[Callable[[Tx], Any], asyncio.Future[Any]] | None] = (
             queue.SimpleQueue()
         )
@@ -128,7 +137,10 @@ class SqliteStore:
         """Open the database, apply migrations and start the writer thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path, fsync=self.fsync)
-        apply_migrations(self._conn)
+        if self.verify_only:
+            verify_schema(_SqliteMigrationDb(self._conn), "sqlite")
+        else:
+            apply_migrations(self._conn)
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
         self._loop = asyncio.get_running_loop()
@@ -142,6 +154,9 @@ class SqliteStore:
         self._reader_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="dex-store-reader"
         )
+
+    def describe(self) -> str:
+        return f"sqlite {self.path}"
 
     async def close(self) -> None:
         """Finish queued jobs, stop the writer thread and close the database."""

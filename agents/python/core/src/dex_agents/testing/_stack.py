@@ -114,6 +114,7 @@ class AgentTestStack:
         self._address: str | None = None
         self._workers: list[WorkerHandle] = []
         self._worker_numbers = itertools.count(1)
+        self._database_url: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -147,11 +148,23 @@ class AgentTestStack:
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop(timeout=10.0)
+        if self._database_url is not None:
+            from dex_server.testing import drop_test_database
+
+            url, self._database_url = self._database_url, None
+            await asyncio.to_thread(drop_test_database, url)
 
     async def _start_server(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         address_file = self.tmp_path / "dex-server.address"
         address_file.unlink(missing_ok=True)
+        database: list[str] = []
+        if os.environ.get("DEX_TEST_DATABASE", "").lower() in ("postgres", "postgresql", "pg"):
+            # the suites also run on PostgreSQL: a fresh database per stack, dropped at exit
+            from dex_server.testing import create_test_database
+
+            self._database_url = await asyncio.to_thread(create_test_database)
+            database = ["--database-url", self._database_url]
         self._server = ChildProcess(
             [
                 str(find_dexcli()),
@@ -164,6 +177,7 @@ class AgentTestStack:
                 str(address_file),
                 "--data-dir",
                 str(self.data_dir),
+                *database,
             ],
             log_path=self.tmp_path / "dex-server.log",
         )

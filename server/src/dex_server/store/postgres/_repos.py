@@ -1,0 +1,407 @@
+"""PostgreSQL repositories of the store contract (psycopg 3, synchronous).
+
+Lists are passed as arrays (``= ANY(%s)``) so each statement has one text and psycopg
+prepares it once per connection. In a writing transaction ``flows.get`` / ``latest`` take
+the row lock (``FOR UPDATE``): two servers committing for the same run serialise on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+import psycopg
+from dex._protocol import FlowSpec
+
+from dex_server.store._records import (
+    ExecRecord,
+    FlowRecord,
+    PendingMessage,
+    StoredValue,
+    exec_decoder,
+    flow_decoder,
+    record_encoder,
+)
+
+_spec_decoder = msgspec.json.Decoder(FlowSpec)
+
+
+def _map_of(name: str) -> str | None:
+    head, sep, _ = name.partition("/")
+    return head if sep else None
+
+
+class _Repo:
+    def __init__(self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool) -> None:
+        self.c = conn
+        self.lock = " FOR UPDATE" if writer else ""
+
+    def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        return self.c.execute(sql, args).fetchall()
+
+    def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
+        return self.c.execute(sql, args).fetchone()
+
+    def run(self, sql: str, args: Sequence[object] = ()) -> int:
+        return self.c.execute(sql, args).rowcount
+
+
+def _b(v: object) -> bytes:
+    assert isinstance(v, bytes | memoryview)
+    return bytes(v)
+
+
+class PgFlows(_Repo):
+    def insert(self, flow: FlowRecord) -> None:
+        self.run(
+            "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
+            " data) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            (
+                flow.run_id,
+                flow.flow_id,
+                flow.flow_type,
+                flow.status,
+                flow.request_id,
+                flow.retain_until,
+                record_encoder.encode(flow),
+            ),
+        )
+
+    def update(self, flow: FlowRecord) -> None:
+        self.run(
+            "UPDATE flows SET status=%s, retain_until=%s, data=%s WHERE run_id=%s",
+            (flow.status, flow.retain_until, record_encoder.encode(flow), flow.run_id),
+        )
+
+    def get(self, run_id: str) -> FlowRecord | None:
+        row = self.row("SELECT data FROM flows WHERE run_id=%s" + self.lock, (run_id,))
+        return flow_decoder.decode(_b(row[0])) if row else None
+
+    def latest(self, flow_id: str) -> FlowRecord | None:
+        row = self.row(
+            "SELECT data FROM flows WHERE flow_id=%s ORDER BY run_id DESC LIMIT 1" + self.lock,
+            (flow_id,),
+        )
+        return flow_decoder.decode(_b(row[0])) if row else None
+
+    def page(
+        self, *, flow_type: str | None, status: str | None, limit: int, before_run_id: str | None
+    ) -> list[FlowRecord]:
+        sql = "SELECT data FROM flows WHERE true"
+        args: list[object] = []
+        if flow_type:
+            sql += " AND flow_type=%s"
+            args.append(flow_type)
+        if status:
+            sql += " AND status=%s"
+            args.append(status)
+        if before_run_id:
+            sql += " AND run_id<%s"
+            args.append(before_run_id)
+        sql += " ORDER BY run_id DESC LIMIT %s"
+        args.append(limit)
+        return [flow_decoder.decode(_b(r[0])) for r in self.rows(sql, args)]
+
+    def running(self) -> list[FlowRecord]:
+        rows = self.rows("SELECT data FROM flows WHERE status='running'")
+        return [flow_decoder.decode(_b(r[0])) for r in rows]
+
+    def due_for_deletion(self, now: float, limit: int) -> list[str]:
+        rows = self.rows(
+            "SELECT run_id FROM flows WHERE retain_until IS NOT NULL AND retain_until<=%s"
+            " ORDER BY retain_until LIMIT %s",
+            (now, limit),
+        )
+        return [str(r[0]) for r in rows]
+
+    def delete(self, run_id: str) -> None:
+        self.run("DELETE FROM flows WHERE run_id=%s", (run_id,))
+
+
+class PgSpecs(_Repo):
+    def upsert(self, spec: FlowSpec, now: float) -> None:
+        self.run(
+            "INSERT INTO specs (flow_type, spec, updated_at) VALUES (%s,%s,%s) ON CONFLICT"
+            " (flow_type) DO UPDATE SET spec=excluded.spec, updated_at=excluded.updated_at",
+            (spec.flow_type, record_encoder.encode(spec), now),
+        )
+
+    def all(self) -> list[FlowSpec]:
+        return [_spec_decoder.decode(_b(r[0])) for r in self.rows("SELECT spec FROM specs")]
+
+
+class PgExecutions(_Repo):
+    def put(self, e: ExecRecord) -> None:
+        self.run(
+            "INSERT INTO executions (run_id, execution_id, phase, data) VALUES (%s,%s,%s,%s)"
+            " ON CONFLICT (run_id, execution_id) DO UPDATE SET phase=excluded.phase,"
+            " data=excluded.data",
+            (e.run_id, e.execution_id, e.phase, record_encoder.encode(e)),
+        )
+
+    def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
+        row = self.row(
+            "SELECT data FROM executions WHERE run_id=%s AND execution_id=%s",
+            (run_id, execution_id),
+        )
+        return exec_decoder.decode(_b(row[0])) if row else None
+
+    def delete(self, run_id: str, execution_id: str) -> None:
+        self.run(
+            "DELETE FROM executions WHERE run_id=%s AND execution_id=%s", (run_id, execution_id)
+        )
+
+    def of_run(self, run_id: str) -> list[ExecRecord]:
+        rows = self.rows("SELECT data FROM executions WHERE run_id=%s", (run_id,))
+        return [exec_decoder.decode(_b(r[0])) for r in rows]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM executions WHERE run_id=%s", (run_id,))
+
+
+def _value(value: object, blob: object, size: object) -> StoredValue:
+    return StoredValue(
+        value=msgspec.Raw(_b(value)) if value is not None else None,
+        blob=blob if isinstance(blob, str) else None,
+        size=int(size),  # type: ignore[call-overload]
+    )
+
+
+class PgState(_Repo):
+    def get(self, run_id: str, name: str) -> StoredValue | None:
+        row = self.row(
+            "SELECT value, blob_hash, size FROM attributes WHERE run_id=%s AND name=%s",
+            (run_id, name),
+        )
+        return _value(*row) if row else None
+
+    def singletons(self, run_id: str) -> dict[str, StoredValue]:
+        rows = self.rows(
+            "SELECT name, value, blob_hash, size FROM attributes"
+            " WHERE run_id=%s AND map_name IS NULL",
+            (run_id,),
+        )
+        return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
+
+    def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
+        if not maps:
+            return {}
+        rows = self.rows(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s"
+            " AND map_name = ANY(%s)",
+            (run_id, list(maps)),
+        )
+        return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
+
+    def of_names(self, run_id: str, names: Sequence[str]) -> dict[str, StoredValue]:
+        if not names:
+            return {}
+        rows = self.rows(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s"
+            " AND name = ANY(%s)",
+            (run_id, list(names)),
+        )
+        return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
+
+    def of_range(
+        self, run_id: str, map_name: str, start: str | None, end: str | None, limit: int | None
+    ) -> list[tuple[str, StoredValue]]:
+        # a map's instances are "<map>/..." names: "<map>0" is the first name after them
+        low = start if start is not None and start > map_name + "/" else map_name + "/"
+        high = end if end is not None and end < map_name + "0" else map_name + "0"
+        rows = self.rows(
+            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s AND name>=%s"
+            " AND name<%s ORDER BY name LIMIT %s",
+            (run_id, low, high, limit),
+        )
+        return [(str(r[0]), _value(r[1], r[2], r[3])) for r in rows]
+
+    def names(self, run_id: str) -> list[str]:
+        rows = self.rows("SELECT name FROM attributes WHERE run_id=%s ORDER BY name", (run_id,))
+        return [str(r[0]) for r in rows]
+
+    def write(self, run_id: str, name: str, value: StoredValue | None) -> int:
+        """Write or delete one value; return the change in stored bytes."""
+        if value is None:
+            row = self.row(
+                "DELETE FROM attributes WHERE run_id=%s AND name=%s RETURNING size",
+                (run_id, name),
+            )
+            return -int(row[0]) if row else 0  # type: ignore[call-overload]
+        old = self.row("SELECT size FROM attributes WHERE run_id=%s AND name=%s", (run_id, name))
+        old_size = int(old[0]) if old else 0  # type: ignore[call-overload]
+        self.run(
+            "INSERT INTO attributes (run_id, name, map_name, value, blob_hash, size)"
+            " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, name) DO UPDATE SET"
+            " value=excluded.value, blob_hash=excluded.blob_hash, size=excluded.size",
+            (
+                run_id,
+                name,
+                _map_of(name),
+                bytes(value.value) if value.value is not None else None,
+                value.blob,
+                value.size,
+            ),
+        )
+        return value.size - old_size
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM attributes WHERE run_id=%s", (run_id,))
+
+
+class PgChannels(_Repo):
+    def publish(self, run_id: str, channel: str, message_id: str, value: bytes) -> None:
+        self.run(
+            "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
+            " VALUES (%s,%s,%s,%s,%s)",
+            (run_id, channel, _map_of(channel), message_id, value),
+        )
+
+    def pending_ids(self, run_id: str, channels: Iterable[str]) -> dict[str, list[str]]:
+        names = sorted(set(channels))
+        out: dict[str, list[str]] = {n: [] for n in names}
+        if not names:
+            return out
+        rows = self.rows(
+            "SELECT channel, message_id FROM channel_messages WHERE run_id=%s"
+            " AND channel = ANY(%s) ORDER BY seq",
+            (run_id, names),
+        )
+        for ch, mid in rows:
+            out[str(ch)].append(str(mid))
+        return out
+
+    def take(self, run_id: str, message_ids: Sequence[str]) -> dict[str, PendingMessage]:
+        if not message_ids:
+            return {}
+        rows = self.rows(
+            "DELETE FROM channel_messages WHERE run_id=%s AND message_id = ANY(%s)"
+            " RETURNING seq, channel, message_id, value",
+            (run_id, list(message_ids)),
+        )
+        return {
+            str(mid): PendingMessage(
+                seq=int(seq),  # type: ignore[call-overload]
+                channel=str(ch),
+                message_id=str(mid),
+                value=msgspec.Raw(_b(value)),
+            )
+            for seq, ch, mid, value in rows
+        }
+
+    def delete(self, run_id: str, channel: str, message_id: str) -> int | None:
+        row = self.row(
+            "DELETE FROM channel_messages WHERE run_id=%s AND channel=%s AND message_id=%s"
+            " RETURNING octet_length(value)",
+            (run_id, channel, message_id),
+        )
+        return int(row[0]) if row else None  # type: ignore[call-overload]
+
+    def sizes(self, run_id: str) -> dict[str, int]:
+        rows = self.rows(
+            "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel",
+            (run_id,),
+        )
+        return {str(r[0]): int(r[1]) for r in rows}  # type: ignore[call-overload]
+
+    def pending(
+        self, run_id: str, channels: Sequence[str], maps: Sequence[str]
+    ) -> list[PendingMessage]:
+        if not channels and not maps:
+            return []
+        rows = self.rows(
+            "SELECT seq, channel, message_id, value FROM channel_messages WHERE run_id=%s AND"
+            " (channel = ANY(%s) OR map_name = ANY(%s)) ORDER BY seq",
+            (run_id, list(channels), list(maps)),
+        )
+        return [
+            PendingMessage(
+                seq=int(s),  # type: ignore[call-overload]
+                channel=str(ch),
+                message_id=str(m),
+                value=msgspec.Raw(_b(v)),
+            )
+            for s, ch, m, v in rows
+        ]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM channel_messages WHERE run_id=%s", (run_id,))
+
+
+class PgTimers(_Repo):
+    def add(self, run_id: str, execution_id: str, fire_at: float) -> None:
+        self.run(
+            "INSERT INTO timers (run_id, execution_id, fire_at) VALUES (%s,%s,%s)"
+            " ON CONFLICT DO NOTHING",
+            (run_id, execution_id, fire_at),
+        )
+
+    def clear(self, run_id: str, execution_id: str) -> None:
+        self.run("DELETE FROM timers WHERE run_id=%s AND execution_id=%s", (run_id, execution_id))
+
+    def due_before(self, t: float, limit: int) -> list[tuple[float, str, str]]:
+        rows = self.rows(
+            "SELECT fire_at, run_id, execution_id FROM timers WHERE fire_at<=%s"
+            " ORDER BY fire_at LIMIT %s",
+            (t, limit),
+        )
+        return [(float(r[0]), str(r[1]), str(r[2])) for r in rows]  # type: ignore[arg-type]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM timers WHERE run_id=%s", (run_id,))
+
+
+class PgHistory(_Repo):
+    def append(
+        self, run_id: str, event_id: int, event_time: float, type_: str, payload: bytes
+    ) -> None:
+        self.run(
+            "INSERT INTO history (run_id, event_id, event_time, type, payload)"
+            " VALUES (%s,%s,%s,%s,%s)",
+            (run_id, event_id, event_time, type_, payload),
+        )
+
+    def page(self, run_id: str, after: int, limit: int) -> list[tuple[int, float, str, bytes]]:
+        rows = self.rows(
+            "SELECT event_id, event_time, type, payload FROM history WHERE run_id=%s AND"
+            " event_id>%s ORDER BY event_id LIMIT %s",
+            (run_id, after, limit),
+        )
+        return [
+            (int(r[0]), float(r[1]), str(r[2]), _b(r[3]))  # type: ignore[call-overload,arg-type]
+            for r in rows
+        ]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM history WHERE run_id=%s", (run_id,))
+
+
+class PgBlobs(_Repo):
+    def put(self, hash_: str, data: bytes) -> None:
+        self.run(
+            "INSERT INTO blobs (hash, data) VALUES (%s,%s) ON CONFLICT DO NOTHING", (hash_, data)
+        )
+
+    def get(self, hash_: str) -> bytes | None:
+        row = self.row("SELECT data FROM blobs WHERE hash=%s", (hash_,))
+        return _b(row[0]) if row else None
+
+    def reference(self, run_id: str, hash_: str) -> None:
+        self.run(
+            "INSERT INTO blob_refs (run_id, hash) VALUES (%s,%s) ON CONFLICT DO NOTHING",
+            (run_id, hash_),
+        )
+
+    def release_run(self, run_id: str) -> int:
+        """Drop the run's references and every blob nothing references any more."""
+        hashes = [
+            str(r[0])
+            for r in self.rows("DELETE FROM blob_refs WHERE run_id=%s RETURNING hash", (run_id,))
+        ]
+        if not hashes:
+            return 0
+        return self.run(
+            "DELETE FROM blobs b WHERE b.hash = ANY(%s) AND NOT EXISTS"
+            " (SELECT 1 FROM blob_refs r WHERE r.hash=b.hash)",
+            (hashes,),
+        )

@@ -1,0 +1,368 @@
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from dex_server.store._contract import StoreUnavailableError, Tx
+from dex_server.store._migrations import apply_migrations, statements, verify_schema
+from dex_server.store.postgres._repos import (
+    PgBlobs,
+    PgChannels,
+    PgExecutions,
+    PgFlows,
+    PgHistory,
+    PgSpecs,
+    PgState,
+    PgTimers,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("dex_server.store")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+_Item = tuple[Callable[[Tx], Any], asyncio.Future[Any]]
+
+_MAX_BATCH = 512
+_MAX_CONFLICT_RETRIES = 8
+# 64-bit key of the advisory lock that serialises migration runners across servers
+_MIGRATION_LOCK = 0x6465785F6D6967
+_RECONNECT_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for logs and banners."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def connect(url: str, *, fsync: bool, application_name: str = "dex-server") -> Conn:
+    """Open one autocommit connection (transactions are explicit ``BEGIN``/``COMMIT``)."""
+    conn: Conn = psycopg.connect(
+        url, autocommit=True, prepare_threshold=1, application_name=application_name
+    )
+    if not fsync:
+        # the server's commits survive its own crash (PostgreSQL flushes the WAL soon
+        # after); only a crash of the database machine may lose the last commits
+        conn.execute("SET synchronous_commit = off")
+    return conn
+
+
+def repos(conn: Conn, *, writer: bool) -> Tx:
+    """The contract's repositories bound to ``conn``."""
+    return Tx(
+        flows=PgFlows(conn, writer=writer),
+        specs=PgSpecs(conn, writer=writer),
+        executions=PgExecutions(conn, writer=writer),
+        state=PgState(conn, writer=writer),
+        channels=PgChannels(conn, writer=writer),
+        timers=PgTimers(conn, writer=writer),
+        history=PgHistory(conn, writer=writer),
+        blobs=PgBlobs(conn, writer=writer),
+    )
+
+
+class _PgMigrationDb:
+    def __init__(self, conn: Conn) -> None:
+        self.c = conn
+
+    def ensure_version_table(self) -> None:
+        # two servers starting at once: take the lock before CREATE TABLE IF NOT EXISTS,
+        # which is not safe against a concurrent creator on its own
+        with self.c.transaction():
+            self.c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            self.c.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY,"
+                " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+
+    def begin_locked(self) -> None:
+        self.c.execute("BEGIN")
+        self.c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+
+    def applied(self) -> set[int]:
+        return {int(r[0]) for r in self.c.execute("SELECT version FROM schema_version")}
+
+    def execute_script(self, sql: str) -> None:
+        for statement in statements(sql):
+            self.c.execute(statement.encode())
+
+    def record(self, version: int, name: str, applied_at: float) -> None:
+        self.c.execute(
+            "INSERT INTO schema_version (version, name, applied_at) VALUES (%s,%s,%s)",
+            (version, name, applied_at),
+        )
+
+    def commit(self) -> None:
+        self.c.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if not self.c.closed:
+            self.c.execute("ROLLBACK")
+
+
+def migrate(url: str, *, verify_only: bool = False) -> list[int]:
+    """Apply pending migrations to the database at ``url`` (or only verify them)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        db = _PgMigrationDb(conn)
+        if verify_only:
+            verify_schema(db, "postgres")
+            return []
+        return apply_migrations(db, "postgres")
+
+
+class PostgresStore:
+    """PostgreSQL store: psycopg 3 on dedicated threads, with group commit.
+
+    The job model is the SQLite store's: a job is a synchronous ``Callable[[Tx], T]``
+    queued to a writer thread; jobs that arrive while a transaction is in progress run
+    together in the next one, each in its own savepoint, and every future resolves after
+    the COMMIT. A synchronous driver on a thread keeps every job unchanged (no second
+    event loop, no ``await`` inside jobs); prepared statements make each query one round
+    trip.
+
+    ``pool_size`` connections in all: one writer, the rest serve read-only ``read`` jobs.
+    A lost connection fails the jobs of its transaction with
+    :class:`StoreUnavailableError` and is opened again on the next job. Serialisation
+    failures and deadlocks (possible when several servers share the database) rerun the
+    whole group.
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self, url: str, *, fsync: bool = True, pool_size: int = 4, verify_only: bool = False
+    ) -> None:
+        self.url = url
+        self.fsync = fsync
+        self.pool_size = max(2, pool_size)
+        self.verify_only = verify_only
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: Conn | None = None
+        self._tx: Tx | None = None
+        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._reader_conns: list[Conn] = []
+        self._reader_lock = threading.Lock()
+        self.batches = 0
+        self.jobs = 0
+
+    def describe(self) -> str:
+        return f"postgres {redact(self.url)}"
+
+    def open(self) -> None:
+        """Connect, apply (or verify) migrations and start the writer thread."""
+        migrate(self.url, verify_only=self.verify_only)
+        self._conn = connect(self.url, fsync=self.fsync)
+        self._tx = repos(self._conn, writer=True)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
+        self._thread.start()
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.pool_size - 1, thread_name_prefix="dex-store-reader"
+        )
+
+    async def close(self) -> None:
+        """Finish queued jobs, stop the threads and close the connections."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
+            self._readers = None
+        with self._reader_lock:
+            for c in self._reader_conns:
+                c.close()
+            self._reader_conns.clear()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """Queue ``job`` for the writer; the future resolves after its transaction commits."""
+        assert self._loop is not None, "store is not open"
+        fut: asyncio.Future[T] = self._loop.create_future()
+        self._queue.put((job, fut))
+        return fut
+
+    async def run(self, job: Callable[[Tx], T]) -> T:
+        """Run ``job`` in a transaction and return its result."""
+        return await self.submit(job)
+
+    async def read(self, job: Callable[[Tx], T]) -> T:
+        """Run the read-only ``job`` on a reader connection (one snapshot) and return it."""
+        assert self._readers is not None and self._loop is not None, "store is not open"
+        return await self._loop.run_in_executor(self._readers, self._read_job, job)
+
+    # ------------------------------------------------------------------ readers
+
+    def _read_job(self, job: Callable[[Tx], T]) -> T:
+        conn: Conn | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = connect(self.url, fsync=self.fsync)
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailableError(f"the database is unreachable: {exc}") from exc
+            self._local.conn = conn
+            self._local.tx = repos(conn, writer=False)
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                result: T = job(self._local.tx)
+            finally:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+            return result
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the database connection failed: {exc}") from exc
+
+    # ------------------------------------------------------------------ writer
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            self._done(self._run_batch(batch))
+
+    def _writer(self) -> tuple[Conn, Tx]:
+        conn, tx = self._conn, self._tx
+        if conn is not None and tx is not None and not conn.closed and not conn.broken:
+            return conn, tx
+        if conn is not None:
+            conn.close()
+        self._conn = self._tx = None
+        last: Exception | None = None
+        for delay in _RECONNECT_BACKOFF_S:
+            try:
+                conn = connect(self.url, fsync=self.fsync)
+            except psycopg.OperationalError as exc:
+                last = exc
+                time.sleep(delay)
+                continue
+            log.warning("store: connected to the database again")
+            self._conn, self._tx = conn, repos(conn, writer=True)
+            return conn, self._tx
+        raise StoreUnavailableError(f"the database is unreachable: {last}")
+
+    def _run_batch(self, batch: list[_Item]) -> list[tuple[asyncio.Future[Any], Any, Any]]:
+        for attempt in range(_MAX_CONFLICT_RETRIES + 1):
+            try:
+                conn, tx = self._writer()
+            except StoreUnavailableError as exc:
+                return [(fut, None, exc) for _, fut in batch]
+            try:
+                return self._transaction(conn, tx, batch)
+            except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
+                # another server held the same rows: run the whole group again
+                _rollback(conn)
+                if attempt == _MAX_CONFLICT_RETRIES:
+                    return [(fut, None, exc) for _, fut in batch]
+                time.sleep(0.001 * (attempt + 1))
+            except psycopg.OperationalError as exc:
+                log.warning("store: database connection lost: %s", exc)
+                err = StoreUnavailableError(f"the database connection failed: {exc}")
+                return [(fut, None, err) for _, fut in batch]
+            except Exception as exc:  # the commit itself failed: nothing of the batch is durable
+                log.exception("store transaction failed")
+                _rollback(conn)
+                return [(fut, None, exc) for _, fut in batch]
+        raise AssertionError("unreachable")
+
+    def _transaction(
+        self, conn: Conn, tx: Tx, batch: list[_Item]
+    ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
+        outcomes: list[tuple[asyncio.Future[Any], Any, Any]] = []
+        conn.execute("BEGIN")
+        if len(batch) == 1:
+            # a lone job needs no savepoint: if it raises, the whole transaction rolls back
+            job, fut = batch[0]
+            try:
+                result = job(tx)
+            except (psycopg.OperationalError, pg_errors.SerializationFailure):
+                raise
+            except pg_errors.DeadlockDetected:
+                raise
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                return [(fut, None, exc)]
+            conn.execute("COMMIT")
+            return [(fut, result, None)]
+        for job, fut in batch:
+            conn.execute("SAVEPOINT job")
+            try:
+                result = job(tx)
+            except (
+                psycopg.OperationalError,
+                pg_errors.SerializationFailure,
+                pg_errors.DeadlockDetected,
+            ):
+                raise
+            except Exception as exc:
+                conn.execute("ROLLBACK TO SAVEPOINT job")
+                conn.execute("RELEASE SAVEPOINT job")
+                outcomes.append((fut, None, exc))
+            else:
+                conn.execute("RELEASE SAVEPOINT job")
+                outcomes.append((fut, result, None))
+        conn.execute("COMMIT")
+        return outcomes
+
+    def _done(self, outcomes: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
+        self.batches += 1
+        self.jobs += len(outcomes)
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(_resolve, outcomes)
+        except RuntimeError:  # the loop closed under a stopping server
+            pass
+
+
+def _rollback(conn: Conn) -> None:
+    if not conn.closed and not conn.broken:
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+
+def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
+    for fut, result, exc in outcomes:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
