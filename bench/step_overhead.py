@@ -1,7 +1,10 @@
 """Per-Step overhead and throughput of the engine, server and Worker in separate processes.
 
     uv run python bench/step_overhead.py [--steps 500] [--flows 100] [--flow-steps 20]
-                                         [--no-fsync] [--database-url sqlite:///PATH]
+                                         [--no-fsync] [--database-url URL]
+
+``URL`` is ``sqlite:///PATH`` (default: a temporary file) or ``postgresql://...`` (used as
+is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres dex_bench``).
 
 1. One Flow runs a sequential chain of ``--steps`` no-op Steps. The overhead of one Step is
    the time between the commits of consecutive ``StepExecuteCompleted`` history events: the
@@ -11,9 +14,10 @@
    aggregate Steps per second (wall clock from the first start to the last completion).
 
 The server is ``python -m dex_server`` on SQLite (``synchronous=FULL`` unless
-``--no-fsync``); the Worker is an ``AsyncWorker`` child process. The last line is::
+``--no-fsync``) or PostgreSQL (``synchronous_commit`` on unless ``--no-fsync``); the
+Worker is an ``AsyncWorker`` child process. The last line is::
 
-    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite
+    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite|postgres
 """
 
 from __future__ import annotations
@@ -63,24 +67,25 @@ async def run_worker(address: str, slots: int) -> None:
     await worker.run()  # SIGINT / SIGTERM: graceful stop
 
 
-def sqlite_path(url: str | None, workdir: Path) -> Path:
+def database_args(url: str | None, workdir: Path) -> list[str]:
     if url is None:
-        return workdir / "bench.sqlite3"
-    if url.startswith("postgres"):
-        raise SystemExit("--database-url: PostgreSQL is not supported yet (use sqlite:///PATH)")
+        return ["--database-path", str(workdir / "bench.sqlite3")]
+    if url.startswith(("postgresql://", "postgres://")):
+        return ["--database-url", url]
     if not url.startswith("sqlite:///"):
-        raise SystemExit(f"--database-url: expected sqlite:///PATH, got {url!r}")
-    return Path(url.removeprefix("sqlite:///")).resolve()
+        raise SystemExit(f"--database-url: expected sqlite:///PATH or postgresql://, got {url!r}")
+    return ["--database-path", str(Path(url.removeprefix("sqlite:///")).resolve())]
 
 
-def start_server(db: Path, workdir: Path, fsync: bool) -> tuple[subprocess.Popen[bytes], str]:
-    address_file = workdir / "address"
+def start_server(
+    db: list[str], workdir: Path, fsync: bool, name: str = "server"
+) -> tuple[subprocess.Popen[bytes], str]:
+    address_file = workdir / f"{name}.address"
     cmd = [
         sys.executable,
         "-m",
         "dex_server",
-        "--database-path",
-        str(db),
+        *db,
         "--port",
         "0",
         "--address-file",
@@ -88,13 +93,13 @@ def start_server(db: Path, workdir: Path, fsync: bool) -> tuple[subprocess.Popen
     ]
     if not fsync:
         cmd.append("--no-fsync")
-    log = open(workdir / "server.log", "wb")
+    log = open(workdir / f"{name}.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     deadline = time.monotonic() + 30
     while not address_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("server did not start:\n" + (workdir / "server.log").read_text())
+            raise SystemExit("server did not start:\n" + (workdir / f"{name}.log").read_text())
         time.sleep(0.02)
     return proc, address_file.read_text().strip()
 
@@ -156,7 +161,8 @@ async def concurrent(client: dex.AsyncClient, flows: int, steps: int) -> float:
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
-    db = sqlite_path(args.database_url, workdir)
+    db = database_args(args.database_url, workdir)
+    store = "postgres" if db[0] == "--database-url" else "sqlite"
     server, address = start_server(db, workdir, fsync=not args.no_fsync)
     worker = subprocess.Popen(
         [sys.executable, __file__, "--worker", address, "--slots", str(args.flows + 8)],
@@ -185,7 +191,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     print(f"load average (1 min) at start / end: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
-        f"fsync={fsync} store=sqlite"
+        f"fsync={fsync} store={store}"
     )
 
 
@@ -195,7 +201,9 @@ def main() -> None:
     parser.add_argument("--flows", type=int, default=100, help="concurrent Flows")
     parser.add_argument("--flow-steps", type=int, default=20, help="Steps per concurrent Flow")
     parser.add_argument("--no-fsync", action="store_true", help="synchronous=NORMAL")
-    parser.add_argument("--database-url", default=None, help="sqlite:///PATH (default: temp)")
+    parser.add_argument(
+        "--database-url", default=None, help="sqlite:///PATH (default: temp) or postgresql://..."
+    )
     parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=108, help=argparse.SUPPRESS)
     args = parser.parse_args()

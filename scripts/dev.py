@@ -6,6 +6,11 @@ Usage::
     python3 scripts/dev.py demo    # run the main example against an embedded server
     python3 scripts/dev.py test    # lint, type-check and test every package
 
+``test`` runs the engine and dex-agents suites twice: on SQLite (each package's ``ci.sh``)
+and on PostgreSQL (``DEX_TEST_DATABASE=postgres``: a fresh database per server on
+``postgresql://postgres@127.0.0.1:5432/``, or ``DEX_TEST_POSTGRES_URL``). Set
+``DEX_TEST_DATABASES=sqlite`` to skip the PostgreSQL runs.
+
 Standard library only, so it runs on a fresh machine with nothing but Python 3.11+. It makes
 sure ``uv`` is available (installing it with ``pip --user``, or into a private virtual
 environment ``.dex-tools/`` when that is not allowed), installs the locked dependencies with
@@ -79,9 +84,18 @@ def ensure_uv() -> str:
     return found
 
 
-def _run(cmd: Sequence[str]) -> int:
-    _say("$ " + " ".join(cmd))
-    return subprocess.run(list(cmd), cwd=ROOT, check=False).returncode
+# Checks are (name, command) or (name, command, environment overrides).
+Check = tuple[str, list[str]] | tuple[str, list[str], dict[str, str]]
+
+# The suites that also run on PostgreSQL (their servers honour DEX_TEST_DATABASE).
+POSTGRES_SUITES = ("sdk", "server", "agents/python/core")
+
+
+def _run(cmd: Sequence[str], env: dict[str, str] | None = None) -> int:
+    prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
+    _say("$ " + prefix + " ".join(cmd))
+    full_env = {**os.environ, **env} if env else None
+    return subprocess.run(list(cmd), cwd=ROOT, check=False, env=full_env).returncode
 
 
 def sync(uv: str) -> None:
@@ -114,6 +128,23 @@ def package_checks() -> list[tuple[str, list[str]]]:
     return [(str(Path(s).parent), ["bash", s]) for s in scripts if (ROOT / s).is_file()]
 
 
+def postgres_checks(uv: str) -> list[Check]:
+    """The engine and dex-agents test suites again, each server on a fresh PostgreSQL DB."""
+    wanted = os.environ.get("DEX_TEST_DATABASES", "sqlite,postgres").split(",")
+    if "postgres" not in [w.strip() for w in wanted]:
+        return []
+    env = {"DEX_TEST_DATABASE": "postgres"}
+    return [
+        (
+            f"{suite} on PostgreSQL",
+            [uv, "run", "--project", str(ROOT), "pytest", "-q", "--rootdir", suite, suite],
+            env,
+        )
+        for suite in POSTGRES_SUITES
+        if (ROOT / suite).is_dir()
+    ]
+
+
 def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     """Lint the whole tree and type-check what no package's ``ci.sh`` covers."""
     loose = [p for p in ("scripts", "examples", "bench") if (ROOT / p).is_dir()]
@@ -139,10 +170,13 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
 def test(uv: str) -> int:
     """Run every check in turn (all of them, even after a failure) and print a summary."""
     results: list[tuple[str, bool, float]] = []
-    for name, cmd in [*package_checks(), *root_checks(uv)]:
+    checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
+    for check in checks:
+        name, cmd = check[0], check[1]
+        env = check[2] if len(check) == 3 else None
         _say(f"=== {name}")
         started = time.monotonic()
-        ok = _run(cmd) == 0
+        ok = _run(cmd, env) == 0
         results.append((name, ok, time.monotonic() - started))
     print()
     for name, ok, seconds in results:

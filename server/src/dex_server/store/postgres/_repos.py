@@ -42,8 +42,9 @@ class _Repo:
     def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
         return self.c.execute(sql, args).fetchone()
 
-    def run(self, sql: str, args: Sequence[object] = ()) -> int:
-        return self.c.execute(sql, args).rowcount
+    def run(self, sql: str, args: Sequence[object] = ()) -> None:
+        # no result is read: in pipeline mode the statement is queued, not waited for
+        self.c.execute(sql, args)
 
 
 def _b(v: object) -> bytes:
@@ -400,8 +401,9 @@ class PgBlobs(_Repo):
         ]
         if not hashes:
             return 0
-        return self.run(
+        deleted = self.rows(
             "DELETE FROM blobs b WHERE b.hash = ANY(%s) AND NOT EXISTS"
-            " (SELECT 1 FROM blob_refs r WHERE r.hash=b.hash)",
+            " (SELECT 1 FROM blob_refs r WHERE r.hash=b.hash) RETURNING 1",
             (hashes,),
         )
+        return len(deleted)

@@ -37,6 +37,11 @@ _MAX_CONFLICT_RETRIES = 8
 # 64-bit key of the advisory lock that serialises migration runners across servers
 _MIGRATION_LOCK = 0x6465785F6D6967
 _RECONNECT_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0)
+_RETRY_OR_LOST = (
+    psycopg.OperationalError,
+    pg_errors.SerializationFailure,
+    pg_errors.DeadlockDetected,
+)
 
 
 def redact(url: str) -> str:
@@ -304,6 +309,29 @@ class PostgresStore:
     def _transaction(
         self, conn: Conn, tx: Tx, batch: list[_Item]
     ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
+        # Fast path: the whole group in pipeline mode, no savepoints. Writes whose result
+        # no job reads are queued and travel with the next read, so a Step result costs a
+        # few round trips instead of one per statement. If any job fails (a Python error
+        # or a database error, which pipeline mode may report under a later job), the
+        # transaction rolls back and the group runs again the careful way.
+        results: list[Any] = []
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                for job, _ in batch:
+                    results.append(job(tx))
+                conn.execute("COMMIT")
+        except _RETRY_OR_LOST:
+            raise
+        except Exception:
+            _rollback(conn)
+            return self._careful(conn, tx, batch)
+        return [(fut, result, None) for (_, fut), result in zip(batch, results, strict=True)]
+
+    def _careful(
+        self, conn: Conn, tx: Tx, batch: list[_Item]
+    ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
+        """Run the group statement by statement, each job in its own savepoint."""
         outcomes: list[tuple[asyncio.Future[Any], Any, Any]] = []
         conn.execute("BEGIN")
         if len(batch) == 1:
@@ -311,9 +339,7 @@ class PostgresStore:
             job, fut = batch[0]
             try:
                 result = job(tx)
-            except (psycopg.OperationalError, pg_errors.SerializationFailure):
-                raise
-            except pg_errors.DeadlockDetected:
+            except _RETRY_OR_LOST:
                 raise
             except Exception as exc:
                 conn.execute("ROLLBACK")
@@ -324,11 +350,7 @@ class PostgresStore:
             conn.execute("SAVEPOINT job")
             try:
                 result = job(tx)
-            except (
-                psycopg.OperationalError,
-                pg_errors.SerializationFailure,
-                pg_errors.DeadlockDetected,
-            ):
+            except _RETRY_OR_LOST:
                 raise
             except Exception as exc:
                 conn.execute("ROLLBACK TO SAVEPOINT job")

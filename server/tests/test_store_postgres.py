@@ -1,0 +1,125 @@
+"""The PostgreSQL dialect of the store: migrations, group commit, lost connections."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from dex_server.store import FlowRecord, SchemaBehindError, StoreUnavailableError, Tx
+from dex_server.store.postgres import PostgresStore, migrate
+from dex_server.testing import create_test_database, drop_test_database
+
+
+def _reachable() -> bool:
+    try:
+        url = create_test_database()
+    except psycopg.OperationalError:
+        return False
+    drop_test_database(url)
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _reachable(), reason="PostgreSQL is not reachable")
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    url = create_test_database()
+    try:
+        yield url
+    finally:
+        drop_test_database(url)
+
+
+def _insert(i: int):  # type: ignore[no-untyped-def]
+    return lambda tx: tx.flows.insert(
+        FlowRecord(run_id=f"r{i:04}", flow_id=f"f{i}", flow_type="T", started_at=float(i))
+    )
+
+
+def _count(tx: Tx) -> int:
+    return len(tx.flows.page(flow_type="T", status=None, limit=10_000, before_run_id=None))
+
+
+def test_concurrent_migrations_apply_once(db_url: str) -> None:
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            results.append(migrate(db_url))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=runner) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(results) == [[], [], [], [1]]
+    assert migrate(db_url) == []
+    migrate(db_url, verify_only=True)
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+
+
+def test_verify_only_fails_on_a_database_behind(db_url: str) -> None:
+    with pytest.raises(SchemaBehindError, match="never migrated"):
+        migrate(db_url, verify_only=True)
+    migrate(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM schema_version WHERE version=1")
+    with pytest.raises(SchemaBehindError, match="0001_init"):
+        migrate(db_url, verify_only=True)
+
+
+async def test_group_commit_isolates_failing_jobs_and_survives_reopen(db_url: str) -> None:
+    store = PostgresStore(db_url, fsync=False)
+    store.open()
+    await asyncio.gather(*(store.run(_insert(i)) for i in range(200)))
+    assert store.jobs == 200 and store.batches < 200
+
+    def boom(tx: Tx) -> None:
+        tx.flows.insert(FlowRecord(run_id="x", flow_id="x", flow_type="T", started_at=0.0))
+        raise ValueError("job fails alone")
+
+    def duplicate(tx: Tx) -> None:  # a database error rolls back only this job
+        _insert(0)(tx)
+
+    futs = [store.submit(_insert(500)), store.submit(boom), store.submit(duplicate)]
+    out = await asyncio.gather(*futs, return_exceptions=True)
+    assert out[0] is None
+    assert isinstance(out[1], ValueError)
+    assert isinstance(out[2], psycopg.errors.UniqueViolation)
+    assert await store.read(_count) == 201
+    await store.close()
+    store2 = PostgresStore(db_url)
+    store2.open()
+    assert await store2.run(_count) == 201
+    await store2.close()
+
+
+async def test_a_killed_connection_fails_jobs_as_unavailable_then_reconnects(db_url: str) -> None:
+    store = PostgresStore(db_url)
+    store.open()
+    await store.run(_insert(1))
+
+    def stall_then_insert(tx: Tx) -> None:
+        # this job is inside its transaction when the backend is terminated
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
+                " current_database() AND pid <> pg_backend_pid() AND application_name ="
+                " 'dex-server'"
+            )
+        _insert(2)(tx)
+
+    with pytest.raises(StoreUnavailableError):
+        await store.run(stall_then_insert)
+    await store.run(_insert(3))  # a new connection
+    assert await store.run(_count) == 2
+    await store.close()
