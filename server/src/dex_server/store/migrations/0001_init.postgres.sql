@@ -39,6 +39,8 @@ CREATE TABLE attributes (
     PRIMARY KEY (run_id, name)
 );
 CREATE INDEX attributes_by_map ON attributes (run_id, map_name) WHERE map_name IS NOT NULL;
+-- every Step task loads the singletons: do not walk a map's instances to find them
+CREATE INDEX attributes_singletons ON attributes (run_id, name) WHERE map_name IS NULL;
 
 CREATE TABLE channel_messages (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
