@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-value-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-flow-state-bytes", type=int, default=64 * 1024 * 1024)
     p.add_argument("--dispatch-wait-s", type=float, default=10.0)
+    p.add_argument(
+        "--server-lease-s",
+        type=float,
+        default=15.0,
+        help="missed heartbeats before another server takes over (several servers)",
+    )
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -75,6 +81,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         max_flow_state_bytes=a.max_flow_state_bytes,
         dispatch_wait_s=a.dispatch_wait_s,
         log_level=a.log_level,
+        server_lease_s=a.server_lease_s,
     )
 
 

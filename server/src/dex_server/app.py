@@ -36,6 +36,9 @@ class ServerConfig:
         pool_size: PostgreSQL connections of this server's store: one writer (group
             commit) and ``pool_size - 1`` for read-only jobs (at least 2 in all; default 4).
             Ignored for SQLite.
+        server_lease_s: with several servers on one database, how long a server may miss
+            its heartbeats before another takes over what it was dispatching (a server
+            whose database session vanished is taken over after 3 s).
         verify_schema_only: do not migrate; check that the schema is current and fail at
             startup if it is behind (for a database role without DDL rights).
         host: interface to listen on.
@@ -64,6 +67,7 @@ class ServerConfig:
     database_url: str | None = None
     pool_size: int = 4
     verify_schema_only: bool = False
+    server_lease_s: float = 15.0
     host: str = "127.0.0.1"
     port: int = 8801
     address_file: Path | None = None

@@ -108,6 +108,7 @@ _FLAGS = {
     "dispatch_wait_s": "--dispatch-wait-s",
     "log_level": "--log-level",
     "pool_size": "--pool-size",
+    "server_lease_s": "--server-lease-s",
 }
 
 

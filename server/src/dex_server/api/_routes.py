@@ -242,7 +242,7 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
         before = request.query_params.get("before", "")
         if before and not before.isdigit():
             raise ServiceError(ErrorCode.BAD_REQUEST, f"bad before token {before!r}")
-        msgs, nxt = runtime.streams.list(
+        msgs, nxt = await runtime.streams.list_page(
             (ft, st, fid), cap, _int(request, "page_size", 100), before
         )
         return _json(StreamListResponse(messages=msgs, before_page_token=nxt))

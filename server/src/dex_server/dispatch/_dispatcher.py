@@ -16,6 +16,10 @@ from dex_server.engine import expired
 
 
 class DispatchHost(Protocol):
+    shared: bool
+    """Other servers share the store: a task no local Worker serves goes back to them."""
+
+    def release(self, env: Envelope) -> None: ...
     def versions(self) -> dict[str, int]: ...
     def build_task(self, env: Envelope) -> Awaitable[Task | None]: ...
     def attempt_failed(self, inflight: InFlight | Envelope, error: ErrorInfo) -> None: ...
@@ -83,6 +87,8 @@ class Dispatcher:
             return
         conns = [c for c in self.conns.values() if flow_type in c.flow_types]
         if not conns:
+            if self.host.shared:
+                self._release_all(flow_type)
             return
         skipped: deque[Envelope] = deque()
         while q:
@@ -98,6 +104,35 @@ class Dispatcher:
             self._send(conn, env)
         skipped.extend(q)
         self.queues[flow_type] = skipped
+
+    def _release_all(self, flow_type: str) -> None:
+        q = self.queues.get(flow_type)
+        kept: deque[Envelope] = deque()
+        while q:
+            env = q.popleft()
+            if env.cancelled:
+                continue
+            if env.kind == "rpc":
+                kept.append(env)
+            else:
+                self.host.release(env)
+        self.queues[flow_type] = kept
+
+    def serves(self, flow_type: str) -> bool:
+        """Whether a Worker connected to this server accepts ``flow_type``."""
+        return any(flow_type in c.flow_types for c in self.conns.values())
+
+    def served_types(self) -> set[str]:
+        return {ft for c in self.conns.values() for ft in c.flow_types}
+
+    def free_step_slots(self, flow_type: str) -> int:
+        """Step slots free for ``flow_type`` now, less the tasks already queued for it."""
+        free = sum(
+            max(0, min(c.step_max - c.steps, c.max_tasks - c.total))
+            for c in self.conns.values()
+            if flow_type in c.flow_types and not c.closed
+        )
+        return free - len(self.queues.get(flow_type, ()))
 
     @staticmethod
     def _pick(conns: list[WorkerConn], env: Envelope) -> WorkerConn | None:

@@ -8,6 +8,7 @@ events), not durable state. Each stream is trimmed, oldest first, to its declare
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -101,3 +102,12 @@ class StreamHub:
         page = older[:page_size]
         nxt = str(page[-1].seq) if len(older) > page_size and page else None
         return [_wire(m) for m in page], nxt
+
+    async def list_page(
+        self, key: tuple[str, str, str], capacity: int, page_size: int, before: str
+    ) -> tuple[builtins.list[StreamMessageWire], str | None]:
+        """:meth:`list` with the interface of the store-backed Streams (servers sharing one)."""
+        return self.list(key, capacity, page_size, before)
+
+    def wake(self, name: str) -> None:
+        """Streams in memory wake their readers on write; nothing to do."""

@@ -136,6 +136,8 @@ def cancel_execs(tx: Tx, flow: FlowRecord, ids: list[str], eff: Effects) -> None
         tx.executions.delete(flow.run_id, eid)
         tx.timers.clear(flow.run_id, eid)
         eff.cancelled.append((flow.run_id, eid))
+        # the execution may be running on another server's Worker
+        tx.signals.notify("cancel", f"{flow.run_id}\t{eid}")
 
 
 def close_flow(
@@ -180,6 +182,7 @@ def close_flow(
         now,
     )
     eff.closed.append((flow.flow_id, flow.run_id))
+    tx.signals.notify("closed", flow.flow_id)
 
 
 def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Effects) -> None:

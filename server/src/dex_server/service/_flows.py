@@ -399,6 +399,9 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[str]:
     """Delete closed runs past their retention with their state, history and blobs."""
     runs = tx.flows.due_for_deletion(now, limit)
     for run_id in runs:
+        flow = tx.flows.get(run_id)
+        if flow is not None and tx.flows.latest(flow.flow_id) == flow:
+            tx.streams.delete_flow(flow.flow_type, flow.flow_id)
         tx.state.delete_run(run_id)
         tx.channels.delete_run(run_id)
         tx.executions.delete_run(run_id)

@@ -5,7 +5,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -31,7 +31,9 @@ from dex_server.dispatch import (
     StreamHub,
     WorkerConn,
 )
+from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _steps
+from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
     DEFAULT_STREAM_CAPACITY,
     Effects,
@@ -40,6 +42,7 @@ from dex_server.service._common import (
     Specs,
 )
 from dex_server.service._steps import AttemptRef
+from dex_server.service._streams import StoreStreams
 from dex_server.service._tasks import build_step_task
 from dex_server.store import Tx, create_store
 
@@ -62,6 +65,7 @@ class Runtime:
             fsync=config.fsync,
             pool_size=config.pool_size,
             verify_only=config.verify_schema_only,
+            server_id=new_uuid7(),
         )
         self.specs = Specs()
         self.limits = Limits(
@@ -72,7 +76,12 @@ class Runtime:
             retention_s=config.retention_s,
         )
         self.dispatcher = Dispatcher(self, config.dispatch_wait_s)
-        self.streams = StreamHub()
+        # with several servers a Stream's readers and writers may be on different ones
+        self.streams: StreamHub | StoreStreams = (
+            StoreStreams(self.store) if self.store.shared else StreamHub()
+        )
+        self.shared = self.store.shared
+        self.cluster = Cluster(self)
         self._versions: dict[str, int] = {}
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timers: list[tuple[float, str, str]] = []
@@ -85,12 +94,8 @@ class Runtime:
 
     async def start(self) -> None:
         self.store.open()
-        for spec in await self.store.run(lambda tx: tx.specs.all()):
-            self.specs.put(spec)
-        eff = await self.store.run(
-            lambda tx: _steps.recover(tx, self.limits, self.specs, time.time())
-        )
-        self.apply(eff)
+        await self.refresh_specs()
+        await self.cluster.start()
         self._loops = [
             asyncio.create_task(self._lease_loop()),
             asyncio.create_task(self._timer_loop()),
@@ -98,6 +103,7 @@ class Runtime:
         ]
 
     async def stop(self) -> None:
+        await self.cluster.stop()
         for t in self._loops:
             t.cancel()
         for t in self._loops:
@@ -107,6 +113,22 @@ class Runtime:
 
     async def run(self, job: Callable[[Tx], T]) -> T:
         return await self.store.run(job)
+
+    async def refresh_specs(self) -> None:
+        """Load every Flow type's latest spec (other servers' Workers register them too)."""
+        for spec in await self.store.run(lambda tx: tx.specs.all()):
+            known = self.specs.get(spec.flow_type)
+            if known is None or known.spec != spec:
+                self.specs.put(spec)
+
+    def release(self, env: Envelope) -> None:
+        """No Worker of this server serves ``env``'s Flow type: leave it to the others."""
+        self.cluster.release(env)
+
+    def flow_closed_elsewhere(self, flow_id: str) -> None:
+        for w in self._closed_waiters.pop(flow_id, []):
+            if not w.done():
+                w.set_result(None)
 
     # ------------------------------------------------------------------ effects
 
@@ -199,6 +221,10 @@ class Runtime:
 
     def worker_registered(self, conn: WorkerConn, flows: list[FlowSpec]) -> None:
         self.dispatcher.register(conn)
+        if self.shared:
+            for flow_type in conn.flow_types:
+                self._spawn(self.cluster.claim_pool(flow_type))
+                self._spawn(self.cluster.claim_rpcs(flow_type))
 
     async def register_specs(self, flows: list[FlowSpec]) -> None:
         now = time.time()
@@ -210,6 +236,8 @@ class Runtime:
         await self.store.run(job)
         for spec in flows:
             self.specs.put(spec)
+        if self.shared:
+            await self.store.run(lambda tx: tx.signals.notify("spec", ""))
 
     def on_result(self, conn: WorkerConn, result: TaskResult) -> None:
         inflight = self.dispatcher.complete(conn, result.task_id)
@@ -333,7 +361,21 @@ class Runtime:
         if info.status != "running":
             return True
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            if not self.shared:
+                await asyncio.wait_for(fut, timeout_s)
+                return True
+            # the close may commit on another server: its signal wakes us, polling backs it up
+            deadline = time.monotonic() + timeout_s
+            while not fut.done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), min(left, 1.0))
+                if not fut.done():
+                    info = await self.store.run(lambda tx: _flows.describe(tx, flow_id))
+                    if info.status != "running":
+                        return True
         except TimeoutError:
             waiters = self._closed_waiters.get(flow_id, [])
             if fut in waiters:
@@ -412,14 +454,25 @@ class Runtime:
                 gate.release()
 
     async def _call_rpc(self, env: Envelope, timeout: float) -> TaskResult:
+        if self.shared and not self.dispatcher.serves(env.flow_type):
+            # this server has no Worker for the Flow type: hand the call to one that has
+            return await self._rpc_errors(env, self.cluster.call_remote(env, timeout))
+        return await self.run_rpc_locally(env, timeout)
+
+    async def run_rpc_locally(self, env: Envelope, timeout: float) -> TaskResult:
+        """Run an RPC task on a Worker connected to this server."""
         fut: asyncio.Future[TaskResult] = asyncio.get_running_loop().create_future()
         env.result = fut
         env.locks_held = False  # RPC locks are held by invoke_rpc, not the queue
         saved_locks, env.locks = env.locks, []
         self.dispatcher.offer(env)
         env.locks, env.locks_held = saved_locks, bool(saved_locks)
+        return await self._rpc_errors(env, asyncio.wait_for(fut, timeout + 1.0))
+
+    @staticmethod
+    async def _rpc_errors(env: Envelope, call: Awaitable[TaskResult]) -> TaskResult:
         try:
-            return await asyncio.wait_for(fut, timeout + 1.0)
+            return await call
         except RpcNoWorkerError:
             raise ServiceError(
                 ErrorCode.NO_WORKER_AVAILABLE, f"no Worker serves Flow type {env.flow_type!r}"
@@ -442,9 +495,11 @@ class Runtime:
 
     async def _timer_loop(self) -> None:
         last_refill = 0.0
+        # other servers add timers too: look at the store often when it is shared
+        every = 1.0 if self.shared else _TIMER_HORIZON_S / 2
         while True:
             now = time.time()
-            if now - last_refill > _TIMER_HORIZON_S / 2:
+            if now - last_refill > every:
                 last_refill = now
                 horizon = now + _TIMER_HORIZON_S
                 rows = await self.store.run(
@@ -456,16 +511,18 @@ class Runtime:
                         heapq.heappush(self._timers, r)
             now = time.time()
             while self._timers and self._timers[0][0] <= now:
-                _, run_id, eid = heapq.heappop(self._timers)
-                self._spawn(self._fire(run_id, eid))
-            delay = self._timers[0][0] - now if self._timers else _TIMER_HORIZON_S / 2
+                fire_at, run_id, eid = heapq.heappop(self._timers)
+                self._spawn(self._fire(run_id, eid, fire_at))
+            delay = self._timers[0][0] - now if self._timers else every
             self._timer_wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timer_wake.wait(), max(0.0, min(delay, 30.0)))
 
-    async def _fire(self, run_id: str, eid: str) -> None:
+    async def _fire(self, run_id: str, eid: str, fire_at: float) -> None:
         eff = await self.store.run(
-            lambda tx: _steps.fire_timer(tx, self.limits, self.specs, run_id, eid, time.time())
+            lambda tx: _steps.fire_timer(
+                tx, self.limits, self.specs, run_id, eid, fire_at, time.time()
+            )
         )
         self.apply(eff)
 

@@ -397,9 +397,18 @@ def mark_started(tx: Tx, ref: AttemptRef, heartbeat_value: msgspec.Raw | None) -
 
 
 def fire_timer(
-    tx: Tx, limits: Limits, specs: Specs, run_id: str, execution_id: str, now: float
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    run_id: str,
+    execution_id: str,
+    fire_at: float,
+    now: float,
 ) -> Effects:
     eff = Effects()
+    # several servers may hold the same timer: only the job that deletes its row fires it
+    if not tx.timers.take(run_id, execution_id, fire_at):
+        return eff
     flow = tx.flows.get(run_id)
     if flow is None or flow.status != "running":
         return eff
@@ -416,12 +425,25 @@ def fire_timer(
     return eff
 
 
-def recover(tx: Tx, limits: Limits, specs: Specs, now: float) -> Effects:
-    """After a restart: redeliver in-flight attempts, or fail those durably started."""
+def recover_claimed(
+    tx: Tx, limits: Limits, specs: Specs, keys: list[tuple[str, str]], now: float
+) -> Effects:
+    """Apply the restart rule to executions this server just claimed from a lost owner.
+
+    An attempt whose start was durably acknowledged fails (and follows its retry policy);
+    any other is delivered again at the same attempt.
+    """
     eff = Effects()
-    for flow in tx.flows.running():
-        for e in tx.executions.of_run(flow.run_id):
-            if e.phase == "waiting":
+    by_run: dict[str, list[str]] = {}
+    for run_id, eid in keys:
+        by_run.setdefault(run_id, []).append(eid)
+    for run_id, eids in by_run.items():
+        flow = tx.flows.get(run_id)
+        if flow is None or flow.status != "running":
+            continue
+        for eid in eids:
+            e = tx.executions.get(run_id, eid)
+            if e is None or e.phase == "waiting" or flow.status != "running":
                 continue
             kind: Literal["wait_for", "execute"] = (
                 "wait_for" if e.phase == "wait_for" else "execute"
@@ -436,14 +458,52 @@ def recover(tx: Tx, limits: Limits, specs: Specs, now: float) -> Effects:
                 )
                 err = ErrorInfo(
                     error_type="SERVER_RESTARTED",
-                    message="the server restarted while a durably started attempt ran",
+                    message="the server dispatching a durably started attempt stopped",
                 )
                 fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
             else:
                 schedule(tx, flow, e, now, eff)
-        if flow.status == "running":
-            run_matching(tx, flow, now, eff)
-            check_graceful(tx, limits, flow, now, eff)
+        check_graceful(tx, limits, flow, now, eff)
+        finish(tx, flow, eff)
+    return eff
+
+
+def take_over(tx: Tx, limits: Limits, specs: Specs, now: float, lease_s: float) -> Effects:
+    """Claim what dead servers were dispatching and recover it (see :func:`recover_claimed`)."""
+    dead = tx.servers.dead(now, lease_s)
+    if not dead:
+        return Effects()
+    keys = tx.claims.claim_from(dead)
+    tx.rpc_calls.abandon(dead)
+    tx.servers.remove(dead)
+    return recover_claimed(tx, limits, specs, keys, now)
+
+
+def claim_pool(
+    tx: Tx, limits: Limits, specs: Specs, flow_type: str, now: float, limit: int
+) -> Effects:
+    """Claim up to ``limit`` pooled executions of ``flow_type`` for this server's Workers."""
+    keys = tx.claims.claim_pool([flow_type], now, limit)
+    return recover_claimed(tx, limits, specs, keys, now) if keys else Effects()
+
+
+def fail_unserved(tx: Tx, limits: Limits, specs: Specs, before: float, now: float) -> Effects:
+    """Fail attempts that sat in the pool since ``before``: no server's Worker took them."""
+    eff = Effects()
+    for run_id, eid in tx.claims.claim_unserved(before, 100):
+        flow = tx.flows.get(run_id)
+        e = tx.executions.get(run_id, eid)
+        if flow is None or flow.status != "running" or e is None or e.phase == "waiting":
+            continue
+        kind: Literal["wait_for", "execute"] = "wait_for" if e.phase == "wait_for" else "execute"
+        ref = AttemptRef(
+            run_id=run_id, execution_id=eid, kind=kind, attempt=e.attempt, started_at=now
+        )
+        err = ErrorInfo(
+            error_type=ErrorCode.NO_WORKER_AVAILABLE,
+            message=f"no Worker of any server accepted Flow type {flow.flow_type!r} in time",
+        )
+        fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
     return eff
 
@@ -454,6 +514,9 @@ __all__ = [
     "apply_step_result",
     "fail_step_attempt",
     "fire_timer",
+    "claim_pool",
+    "fail_unserved",
     "mark_started",
-    "recover",
+    "recover_claimed",
+    "take_over",
 ]

@@ -37,17 +37,22 @@ def create_store(
     fsync: bool,
     pool_size: int,
     verify_only: bool,
+    server_id: str,
 ) -> Store:
     """The store a server configuration names: PostgreSQL for a URL, else the SQLite file."""
     if database_url is not None:
         from dex_server.store.postgres import PostgresStore
 
         return PostgresStore(
-            database_url, fsync=fsync, pool_size=pool_size, verify_only=verify_only
+            database_url,
+            fsync=fsync,
+            pool_size=pool_size,
+            verify_only=verify_only,
+            server_id=server_id,
         )
     if database_path is None:
         raise ValueError("a server needs database_path (SQLite) or database_url (PostgreSQL)")
-    return SqliteStore(database_path, fsync=fsync, verify_only=verify_only)
+    return SqliteStore(database_path, fsync=fsync, verify_only=verify_only, server_id=server_id)
 
 
 def prepare_database(*, database_url: str | None, verify_only: bool) -> None:

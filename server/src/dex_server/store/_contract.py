@@ -69,6 +69,9 @@ class ChannelsStore(Protocol):
 
 class TimersStore(Protocol):
     def add(self, run_id: str, execution_id: str, fire_at: float) -> None: ...
+    def take(self, run_id: str, execution_id: str, fire_at: float) -> bool:
+        """Delete one timer; whether it was there (the job that takes it fires it)."""
+
     def clear(self, run_id: str, execution_id: str) -> None: ...
     def due_before(self, t: float, limit: int) -> list[tuple[float, str, str]]: ...
     def delete_run(self, run_id: str) -> None: ...
@@ -89,6 +92,78 @@ class BlobsStore(Protocol):
     def release_run(self, run_id: str) -> int: ...
 
 
+class ClaimsStore(Protocol):
+    """Which server dispatches which execution.
+
+    ``ExecutionsStore.put`` claims a dispatchable execution for the writing server (and
+    unclaims a waiting one); these methods move claims. ``claim_*`` return the claimed
+    ``(run_id, execution_id)`` pairs; rows other servers are claiming are skipped.
+    """
+
+    def release(self, run_id: str, execution_id: str, now: float) -> None:
+        """Give this server's claim back to the pool (no local Worker serves it)."""
+
+    def claim_pool(
+        self, flow_types: Sequence[str], now: float, limit: int
+    ) -> list[tuple[str, str]]: ...
+    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
+        """Claim pooled executions released before ``before`` (nobody took them)."""
+
+    def claim_from(self, server_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """Claim the dispatchable executions of dead servers.
+
+        Where only one server can use the store, every unclaimed one as well.
+        """
+
+    def mine_ready(self, now: float) -> list[tuple[str, str]]:
+        """This server's claims that are ready to dispatch now."""
+
+
+class ServersStore(Protocol):
+    def dead(self, now: float, lease_s: float) -> list[str]:
+        """Servers that stopped (locked for this transaction; others skip them)."""
+
+    def remove(self, server_ids: Sequence[str]) -> None: ...
+
+
+class SignalsStore(Protocol):
+    def notify(self, kind: str, data: str) -> None:
+        """Tell every other server, when this transaction commits (no-op for one server)."""
+
+
+class RpcCallsStore(Protocol):
+    """RPCs handed to another server's Workers."""
+
+    def add(
+        self, call_id: str, flow_type: str, timeout_s: float, request: bytes, now: float
+    ) -> None: ...
+    def claim(self, flow_types: Sequence[str], limit: int) -> list[tuple[str, bytes]]: ...
+    def finish(self, call_id: str, result: bytes) -> None: ...
+    def state(self, call_id: str) -> tuple[bool, bytes | None] | None:
+        """``(claimed, result)`` of a call, or ``None`` when it is gone."""
+
+    def withdraw(self, call_id: str) -> bool:
+        """Delete a call nobody claimed; whether it was deleted."""
+
+    def delete(self, call_id: str) -> None: ...
+    def abandon(self, server_ids: Sequence[str]) -> None:
+        """Dead servers: their claimed calls go back to the pool, their own calls go."""
+
+
+StreamRow = tuple[int, float, str, bytes]  # (seq, created_at, source, value)
+
+
+class StreamsStore(Protocol):
+    """Stream messages kept in the store (when several servers share it)."""
+
+    def append(
+        self, key: tuple[str, str, str], source: str, value: bytes, now: float, capacity: int
+    ) -> int: ...
+    def after(self, key: tuple[str, str, str], seq: int) -> StreamRow | None: ...
+    def before(self, key: tuple[str, str, str], seq: int | None, limit: int) -> list[StreamRow]: ...
+    def delete_flow(self, flow_type: str, flow_id: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class Tx:
     """The repositories of one store, bound to the writer's connection."""
@@ -101,6 +176,11 @@ class Tx:
     timers: TimersStore
     history: HistoryStore
     blobs: BlobsStore
+    claims: ClaimsStore
+    servers: ServersStore
+    signals: SignalsStore
+    rpc_calls: RpcCallsStore
+    streams: StreamsStore
 
 
 T = TypeVar("T")
@@ -119,10 +199,19 @@ class Store(Protocol):
     """
 
     kind: str
+    shared: bool
+    """Whether several servers may use the store at once (then they coordinate through it)."""
+    server_id: str
     batches: int
     jobs: int
 
     def open(self) -> None: ...
+    def start_signals(self, on_signal: Callable[[str, str], None]) -> None:
+        """Deliver other servers' signals ``(kind, data)`` on the event loop.
+
+        Also keeps this server's liveness heartbeat. A no-op where one server owns the store.
+        """
+
     async def close(self) -> None: ...
     def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]: ...
     async def run(self, job: Callable[[Tx], T]) -> T: ...

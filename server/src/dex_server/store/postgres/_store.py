@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -18,11 +19,16 @@ from dex_server.store._migrations import apply_migrations, statements, verify_sc
 from dex_server.store.postgres._repos import (
     PgBlobs,
     PgChannels,
+    PgClaims,
     PgExecutions,
     PgFlows,
     PgHistory,
+    PgRpcCalls,
+    PgServers,
+    PgSignals,
     PgSpecs,
     PgState,
+    PgStreams,
     PgTimers,
 )
 
@@ -37,6 +43,7 @@ _MAX_CONFLICT_RETRIES = 8
 # 64-bit key of the advisory lock that serialises migration runners across servers
 _MIGRATION_LOCK = 0x6465785F6D6967
 _RECONNECT_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0)
+_HEARTBEAT_S = 0.5
 _RETRY_OR_LOST = (
     psycopg.OperationalError,
     pg_errors.SerializationFailure,
@@ -68,17 +75,23 @@ def connect(url: str, *, fsync: bool, application_name: str = "dex-server") -> C
     return conn
 
 
-def repos(conn: Conn, *, writer: bool) -> Tx:
+def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
     """The contract's repositories bound to ``conn``."""
+    kw: dict[str, Any] = {"writer": writer, "server_id": server_id}
     return Tx(
-        flows=PgFlows(conn, writer=writer),
-        specs=PgSpecs(conn, writer=writer),
-        executions=PgExecutions(conn, writer=writer),
-        state=PgState(conn, writer=writer),
-        channels=PgChannels(conn, writer=writer),
-        timers=PgTimers(conn, writer=writer),
-        history=PgHistory(conn, writer=writer),
-        blobs=PgBlobs(conn, writer=writer),
+        flows=PgFlows(conn, **kw),
+        specs=PgSpecs(conn, **kw),
+        executions=PgExecutions(conn, **kw),
+        state=PgState(conn, **kw),
+        channels=PgChannels(conn, **kw),
+        timers=PgTimers(conn, **kw),
+        history=PgHistory(conn, **kw),
+        blobs=PgBlobs(conn, **kw),
+        claims=PgClaims(conn, **kw),
+        servers=PgServers(conn, **kw),
+        signals=PgSignals(conn, **kw),
+        rpc_calls=PgRpcCalls(conn, **kw),
+        streams=PgStreams(conn, **kw),
     )
 
 
@@ -149,10 +162,18 @@ class PostgresStore:
     """
 
     kind = "postgres"
+    shared = True
 
     def __init__(
-        self, url: str, *, fsync: bool = True, pool_size: int = 4, verify_only: bool = False
+        self,
+        url: str,
+        *,
+        fsync: bool = True,
+        pool_size: int = 4,
+        verify_only: bool = False,
+        server_id: str = "local",
     ) -> None:
+        self.server_id = server_id
         self.url = url
         self.fsync = fsync
         self.pool_size = max(2, pool_size)
@@ -166,6 +187,8 @@ class PostgresStore:
         self._local = threading.local()
         self._reader_conns: list[Conn] = []
         self._reader_lock = threading.Lock()
+        self._listener: threading.Thread | None = None
+        self._stopping = threading.Event()
         self.batches = 0
         self.jobs = 0
 
@@ -176,7 +199,7 @@ class PostgresStore:
         """Connect, apply (or verify) migrations and start the writer thread."""
         migrate(self.url, verify_only=self.verify_only)
         self._conn = connect(self.url, fsync=self.fsync)
-        self._tx = repos(self._conn, writer=True)
+        self._tx = repos(self._conn, writer=True, server_id=self.server_id)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
         self._thread.start()
@@ -184,8 +207,73 @@ class PostgresStore:
             max_workers=self.pool_size - 1, thread_name_prefix="dex-store-reader"
         )
 
+    def start_signals(self, on_signal: Callable[[str, str], None]) -> None:
+        """LISTEN for other servers' signals and keep this server's heartbeat row fresh.
+
+        One thread with its own connection: it records ``(heartbeat_at, backend_pid)``
+        every ``_HEARTBEAT_S`` (other servers judge this server dead when the heartbeat is
+        older than their lease, or when its session is gone from ``pg_stat_activity``) and
+        hands each notification to ``on_signal`` on the event loop. A lost connection is
+        opened again (and LISTENs again); signals sent meanwhile are lost, which the
+        servers' polling covers.
+        """
+        assert self._loop is not None, "store is not open"
+        self._stopping.clear()
+        self._on_signal = on_signal
+        self._listener = threading.Thread(
+            target=self._listen, name="dex-store-listener", daemon=True
+        )
+        self._listener.start()
+
+    def _listen(self) -> None:
+        conn: Conn | None = None
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect(self.url, fsync=True, application_name="dex-server-listener")
+                    conn.execute("LISTEN dex")
+                    failures = 0
+                self._beat(conn)
+                for n in conn.notifies(timeout=_HEARTBEAT_S):
+                    sender, _, rest = n.payload.partition("|")
+                    if sender == self.server_id:
+                        continue
+                    kind, _, data = rest.partition("|")
+                    self._signal(kind, data)
+            except psycopg.Error as exc:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                delay = _RECONNECT_BACKOFF_S[min(failures, len(_RECONNECT_BACKOFF_S) - 1)]
+                failures += 1
+                log.warning("store: signal connection lost (%s); reconnecting", exc)
+                self._stopping.wait(delay)
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("DELETE FROM servers WHERE server_id=%s", (self.server_id,))
+            conn.close()
+
+    def _beat(self, conn: Conn) -> None:
+        now = time.time()
+        conn.execute(
+            "INSERT INTO servers (server_id, started_at, heartbeat_at, backend_pid) VALUES"
+            " (%s,%s,%s,pg_backend_pid()) ON CONFLICT (server_id) DO UPDATE SET"
+            " heartbeat_at=excluded.heartbeat_at, backend_pid=excluded.backend_pid",
+            (self.server_id, now, now),
+        )
+
+    def _signal(self, kind: str, data: str) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop closed under a stopping server
+            self._loop.call_soon_threadsafe(self._on_signal, kind, data)
+
     async def close(self) -> None:
         """Finish queued jobs, stop the threads and close the connections."""
+        if self._listener is not None:
+            self._stopping.set()
+            await asyncio.to_thread(self._listener.join)
+            self._listener = None
         if self._thread is None:
             return
         self._queue.put(None)
@@ -228,7 +316,7 @@ class PostgresStore:
             except psycopg.OperationalError as exc:
                 raise StoreUnavailableError(f"the database is unreachable: {exc}") from exc
             self._local.conn = conn
-            self._local.tx = repos(conn, writer=False)
+            self._local.tx = repos(conn, writer=False, server_id=self.server_id)
             with self._reader_lock:
                 self._reader_conns.append(conn)
         try:
@@ -278,7 +366,7 @@ class PostgresStore:
                 time.sleep(delay)
                 continue
             log.warning("store: connected to the database again")
-            self._conn, self._tx = conn, repos(conn, writer=True)
+            self._conn, self._tx = conn, repos(conn, writer=True, server_id=self.server_id)
             return conn, self._tx
         raise StoreUnavailableError(f"the database is unreachable: {last}")
 

@@ -16,11 +16,16 @@ from dex_server.store._migrations import statements, verify_schema
 from dex_server.store.sqlite._repos import (
     SqliteBlobs,
     SqliteChannels,
+    SqliteClaims,
     SqliteExecutions,
     SqliteFlows,
     SqliteHistory,
+    SqliteRpcCalls,
+    SqliteServers,
+    SqliteSignals,
     SqliteSpecs,
     SqliteState,
+    SqliteStreams,
     SqliteTimers,
 )
 
@@ -113,8 +118,17 @@ class SqliteStore:
     """
 
     kind = "sqlite"
+    shared = False
 
-    def __init__(self, path: Path, *, fsync: bool = True, verify_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fsync: bool = True,
+        verify_only: bool = False,
+        server_id: str = "local",
+    ) -> None:
+        self.server_id = server_id
         self.path = path
         self.fsync = fsync
         self.verify_only = verify_only
@@ -157,6 +171,9 @@ class SqliteStore:
 
     def describe(self) -> str:
         return f"sqlite {self.path}"
+
+    def start_signals(self, on_signal: Callable[[str, str], None]) -> None:
+        """One server per SQLite file: there are no other servers to hear from."""
 
     async def close(self) -> None:
         """Finish queued jobs, stop the writer thread and close the database."""
@@ -203,7 +220,7 @@ class SqliteStore:
     def _read_job(self, job: Callable[[Tx], T]) -> T:
         if self._reader is None:
             conn = _connect(self.path, fsync=self.fsync)
-            self._reader = (conn, _repos(conn))
+            self._reader = (conn, _repos(conn, self.server_id))
         conn, tx = self._reader
         conn.execute("BEGIN")
         try:
@@ -219,7 +236,7 @@ class SqliteStore:
     def _run(self) -> None:
         conn = self._conn
         assert conn is not None
-        tx = _repos(conn)
+        tx = _repos(conn, self.server_id)
         stopping = False
         while not stopping:
             item = self._queue.get()
@@ -326,14 +343,19 @@ def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None
             fut.set_result(result)
 
 
-def _repos(conn: sqlite3.Connection) -> Tx:
+def _repos(conn: sqlite3.Connection, server_id: str) -> Tx:
     return Tx(
         flows=SqliteFlows(conn),
         specs=SqliteSpecs(conn),
-        executions=SqliteExecutions(conn),
+        executions=SqliteExecutions(conn, server_id),
         state=SqliteState(conn),
         channels=SqliteChannels(conn),
         timers=SqliteTimers(conn),
         history=SqliteHistory(conn),
         blobs=SqliteBlobs(conn),
+        claims=SqliteClaims(conn, server_id),
+        servers=SqliteServers(conn, server_id),
+        signals=SqliteSignals(),
+        rpc_calls=SqliteRpcCalls(conn, server_id),
+        streams=SqliteStreams(conn),
     )

@@ -1,0 +1,304 @@
+"""Several servers on one store: claims, takeover, the pool, wake-ups and remote RPCs.
+
+Every dispatchable execution row names the server that dispatches it (``claimed_by``):
+the server whose job made it ready claims it in the same transaction. A server with no
+Worker for the Flow type releases it to the pool and signals the other servers, one of
+which claims it with ``FOR UPDATE SKIP LOCKED``. A server that stops heartbeating (or
+whose database session vanished) is dead: another server takes over its claims and
+applies the redelivery rule (durably started → the attempt fails; otherwise the same
+attempt again). Signals travel through the store (PostgreSQL ``LISTEN/NOTIFY``); every
+loop here also polls, so a lost signal only delays work.
+
+On a store one server owns (SQLite) there is no pool and no signal; takeover runs once at
+startup and turns every claim of a previous process into the restart rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import msgspec
+from dex._protocol import ErrorCode, ErrorInfo, Task, TaskResult
+
+from dex_server.dispatch import Envelope, RpcLostError, RpcNoWorkerError, RpcTimeoutError
+from dex_server.service import _steps
+from dex_server.service._common import ServiceError
+from dex_server.store import Tx
+
+if TYPE_CHECKING:
+    from dex_server.service._runtime import Runtime
+
+log = logging.getLogger("dex_server.cluster")
+
+_POLL_S = 1.0
+_ORPHAN_SWEEPS = 2
+
+
+class RemoteRpc(msgspec.Struct, kw_only=True):
+    """An RPC handed to another server's Workers through the store."""
+
+    run_id: str
+    flow_type: str
+    timeout_s: float
+    task: Task
+
+
+class RemoteRpcResult(msgspec.Struct, kw_only=True):
+    result: TaskResult | None = None
+    error_code: str | None = None
+    error_message: str = ""
+
+
+_rpc_encoder = msgspec.json.Encoder()
+_rpc_decoder = msgspec.json.Decoder(RemoteRpc)
+_rpc_result_decoder = msgspec.json.Decoder(RemoteRpcResult)
+
+
+class Cluster:
+    """The multi-server side of a :class:`Runtime` (also run, mostly idle, on SQLite)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.store = runtime.store
+        self.shared = runtime.store.shared
+        self.lease_s = runtime.config.server_lease_s
+        self._rpc_waiters: dict[str, asyncio.Future[None]] = {}
+        self._suspects: set[tuple[str, str]] = set()
+        self._claiming: set[str] = set()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.take_over()
+        self.store.start_signals(self._on_signal)
+        self._loops = [asyncio.create_task(self._loop())]
+
+    async def stop(self) -> None:
+        for t in self._loops:
+            t.cancel()
+        for t in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(_POLL_S if self.shared else 5 * _POLL_S)
+            steps = (self.take_over, self.sweep_orphans, self._poll_shared)
+            # one server per store: nobody else can die, takeover ran at startup
+            for step in steps if self.shared else (self.sweep_orphans,):
+                try:
+                    await step()
+                except Exception:
+                    log.warning("cluster %s failed", step.__name__, exc_info=True)
+
+    async def _poll_shared(self) -> None:
+        if not self.shared:
+            return
+        await self.rt.refresh_specs()
+        for flow_type in self.rt.dispatcher.served_types():
+            await self.claim_pool(flow_type)
+            await self.claim_rpcs(flow_type)
+        await self.fail_unserved()
+
+    # ------------------------------------------------------------------ signals
+
+    def _on_signal(self, kind: str, data: str) -> None:
+        rt = self.rt
+        if kind == "ready":
+            rt._spawn(self.claim_pool(data))
+        elif kind == "rpc":
+            rt._spawn(self.claim_rpcs(data))
+        elif kind == "rpcdone":
+            fut = self._rpc_waiters.get(data)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        elif kind == "closed":
+            rt.flow_closed_elsewhere(data)
+        elif kind == "cancel":
+            run_id, _, eid = data.partition("\t")
+            rt.dispatcher.cancel(run_id, eid, "the Step was cancelled")
+        elif kind == "spec":
+            rt._spawn(rt.refresh_specs())
+        elif kind == "stream":
+            rt.streams.wake(data)
+
+    # ------------------------------------------------------------------ claims
+
+    async def take_over(self) -> None:
+        """Take the claims of dead servers (all earlier processes, on a one-server store)."""
+        rt, now = self.rt, time.time()
+        eff = await self.store.run(
+            lambda tx: _steps.take_over(tx, rt.limits, rt.specs, now, self.lease_s)
+        )
+        rt.apply(eff)
+
+    async def sweep_orphans(self) -> None:
+        """Redeliver executions claimed by this server that it no longer tracks.
+
+        A commit whose outcome was lost (the database connection died) leaves such
+        claims; one seen in two sweeps in a row is recovered like a dead server's.
+        """
+        now = time.time()
+        mine = await self.store.run(lambda tx: tx.claims.mine_ready(now))
+        known = self.rt.dispatcher.by_exec
+        orphans = {k for k in mine if k not in known}
+        confirmed = sorted(orphans & self._suspects)
+        self._suspects = orphans - set(confirmed)
+        if not confirmed:
+            return
+        rt = self.rt
+        log.warning("recovering %d executions this server lost track of", len(confirmed))
+        eff = await self.store.run(
+            lambda tx: _steps.recover_claimed(tx, rt.limits, rt.specs, confirmed, time.time())
+        )
+        rt.apply(eff)
+
+    def release(self, env: Envelope) -> None:
+        """Give a ready execution no local Worker serves to the pool (other servers)."""
+        rt = self.rt
+        assert env.execution_id is not None
+        run_id, eid, attempt, kind = env.run_id, env.execution_id, env.attempt, env.kind
+
+        def job(tx: Tx) -> None:
+            e = tx.executions.get(run_id, eid)
+            phase = "wait_for" if kind == "wait_for" else "execute"
+            if e is None or e.attempt != attempt or e.phase != phase:
+                return
+            tx.claims.release(run_id, eid, time.time())
+            tx.signals.notify("ready", env.flow_type)
+
+        async def go() -> None:
+            try:
+                await self.store.run(job)
+            finally:
+                rt.dispatcher.finished(env)
+
+        rt._spawn(go())
+
+    async def claim_pool(self, flow_type: str) -> None:
+        free = self.rt.dispatcher.free_step_slots(flow_type)
+        if free <= 0 or flow_type in self._claiming:
+            return
+        self._claiming.add(flow_type)
+        try:
+            rt, now = self.rt, time.time()
+            eff = await self.store.run(
+                lambda tx: _steps.claim_pool(tx, rt.limits, rt.specs, flow_type, now, free)
+            )
+        finally:
+            self._claiming.discard(flow_type)
+        self.rt.apply(eff)
+
+    async def fail_unserved(self) -> None:
+        rt, now = self.rt, time.time()
+        before = now - rt.config.dispatch_wait_s
+        eff = await self.store.run(
+            lambda tx: _steps.fail_unserved(tx, rt.limits, rt.specs, before, now)
+        )
+        rt.apply(eff)
+
+    # ------------------------------------------------------------------ remote RPCs
+
+    async def call_remote(self, env: Envelope, timeout: float) -> TaskResult:
+        """Run an RPC on another server's Worker: the request and result go through the store."""
+        assert env.task is not None
+        call_id = uuid.uuid4().hex
+        request = _rpc_encoder.encode(
+            RemoteRpc(run_id=env.run_id, flow_type=env.flow_type, timeout_s=timeout, task=env.task)
+        )
+        flow_type = env.flow_type
+
+        def add(tx: Tx) -> None:
+            tx.rpc_calls.add(call_id, flow_type, timeout, request, time.time())
+            tx.signals.notify("rpc", flow_type)
+
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._rpc_waiters[call_id] = fut
+        started = time.monotonic()
+        try:
+            await self.store.run(add)
+            while True:
+                state = await self.store.run(lambda tx: tx.rpc_calls.state(call_id))
+                if state is None:
+                    raise RpcLostError("the RPC call disappeared")
+                claimed, raw = state
+                if raw is not None:
+                    return self._result(raw)
+                waited = time.monotonic() - started
+                if not claimed and waited > self.rt.config.dispatch_wait_s:
+                    if await self.store.run(lambda tx: tx.rpc_calls.withdraw(call_id)):
+                        raise RpcNoWorkerError(flow_type)
+                if waited > timeout + 1.0:
+                    raise RpcTimeoutError("the RPC timed out")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), _POLL_S / 2)
+                if fut.done():
+                    fut = asyncio.get_running_loop().create_future()
+                    self._rpc_waiters[call_id] = fut
+        finally:
+            self._rpc_waiters.pop(call_id, None)
+            with contextlib.suppress(Exception):
+                await self.store.run(lambda tx: tx.rpc_calls.delete(call_id))
+
+    @staticmethod
+    def _result(raw: bytes) -> TaskResult:
+        res = _rpc_result_decoder.decode(raw)
+        if res.result is not None:
+            return res.result
+        if res.error_code == ErrorCode.REQUEST_TIMEOUT:
+            raise RpcTimeoutError(res.error_message)
+        if res.error_code == ErrorCode.NO_WORKER_AVAILABLE:
+            raise RpcNoWorkerError(res.error_message)
+        raise RpcLostError(res.error_message)
+
+    async def claim_rpcs(self, flow_type: str) -> None:
+        if not self.rt.dispatcher.serves(flow_type):
+            return
+        calls = await self.store.run(lambda tx: tx.rpc_calls.claim([flow_type], 16))
+        for call_id, raw in calls:
+            req = _rpc_decoder.decode(raw)
+            self.rt._spawn(self._serve_rpc(call_id, req))
+
+    async def _serve_rpc(self, call_id: str, req: RemoteRpc) -> None:
+        env = Envelope(
+            kind="rpc",
+            flow_type=req.flow_type,
+            run_id=req.run_id,
+            execution_id=None,
+            attempt=1,
+            locks=[],
+            timeout_s=req.timeout_s,
+            heartbeat_timeout_s=None,
+            task=req.task,
+        )
+        out: RemoteRpcResult
+        try:
+            result = await self.rt.run_rpc_locally(env, req.timeout_s)
+            out = RemoteRpcResult(result=result)
+        except ServiceError as exc:
+            out = RemoteRpcResult(error_code=exc.code, error_message=exc.message)
+        except Exception as exc:  # pragma: no cover - reported to the caller
+            out = RemoteRpcResult(error_code=ErrorCode.INTERNAL, error_message=str(exc))
+        encoded = _rpc_encoder.encode(out)
+
+        def finish(tx: Tx) -> None:
+            tx.rpc_calls.finish(call_id, encoded)
+            tx.signals.notify("rpcdone", call_id)
+
+        await self.store.run(finish)
+
+
+def no_worker_error(flow_type: str) -> ErrorInfo:
+    return ErrorInfo(
+        error_type=ErrorCode.NO_WORKER_AVAILABLE,
+        message=f"no Worker of any server accepted Flow type {flow_type!r} in time",
+    )
+
+
+__all__ = ["Cluster", "RemoteRpc", "no_worker_error"]

@@ -1,0 +1,91 @@
+"""Streams kept in the store, for servers that share it.
+
+A Stream's writer (a Worker, or a client) and its readers may be connected to different
+servers, so messages go to the store (trimmed to the declared capacity, oldest first) and
+a signal wakes the readers of every server; readers also poll, so a lost signal only
+delays a message. Unlike the in-memory Streams of a one-server store, these survive a
+server restart; they are deleted with their Flow after retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import msgspec
+from dex._protocol import StreamMessageWire
+
+from dex_server.store import Store, Tx
+from dex_server.store._contract import StreamRow
+
+log = logging.getLogger("dex_server.streams")
+_POLL_S = 1.0
+StreamKey = tuple[str, str, str]
+
+
+def _wire(row: StreamRow) -> StreamMessageWire:
+    seq, created, source, value = row
+    return StreamMessageWire(
+        value=msgspec.Raw(value), resume_token=str(seq), created_time=created, source=source
+    )
+
+
+def _name(key: StreamKey) -> str:
+    return "\t".join(key)
+
+
+class StoreStreams:
+    """The Streams of every server sharing one store (same interface as ``StreamHub``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    def write(self, key: StreamKey, capacity: int, value: bytes, source: str) -> None:
+        name = _name(key)
+
+        def job(tx: Tx) -> None:
+            tx.streams.append(key, source, value, time.time(), capacity)
+            tx.signals.notify("stream", name)
+
+        def done(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                log.warning("a Stream write failed (best effort)", exc_info=fut.exception())
+                return
+            self.wake(name)
+
+        self.store.submit(job).add_done_callback(done)
+
+    def wake(self, name: str) -> None:
+        for w in self._waiters.pop(name, []):
+            if not w.done():
+                w.set_result(None)
+
+    async def read_next(
+        self, key: StreamKey, capacity: int, resume_token: str, timeout_s: float
+    ) -> StreamMessageWire | None:
+        token = int(resume_token) if resume_token else 0
+        deadline = time.monotonic() + timeout_s
+        name = _name(key)
+        while True:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(name, []).append(fut)
+            row = await self.store.read(lambda tx: tx.streams.after(key, token))
+            if row is not None:
+                return _wire(row)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, min(left, _POLL_S))
+
+    async def list_page(
+        self, key: StreamKey, capacity: int, page_size: int, before: str
+    ) -> tuple[list[StreamMessageWire], str | None]:
+        seq = int(before) if before else None
+        rows = await self.store.read(lambda tx: tx.streams.before(key, seq, page_size + 1))
+        page = rows[:page_size]
+        nxt = str(page[-1][0]) if len(rows) > page_size and page else None
+        return [_wire(r) for r in page], nxt

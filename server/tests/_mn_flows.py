@@ -1,0 +1,156 @@
+"""Flows and a Worker child for the multi-server tests (PostgreSQL).
+
+``python -m tests._mn_flows ADDRESS LOG`` runs an ``AsyncWorker`` on the server at
+``ADDRESS``; handlers append ``"<event> <flow_id> <step_execution_id> <attempt> <pid>"``
+lines to ``LOG`` so a test counts what ran where.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from datetime import timedelta
+
+import dex
+from dex import (
+    AsyncContext,
+    Channel,
+    Context,
+    Flow,
+    PersistenceSchema,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepList,
+    StepOptions,
+    Timer,
+    Wait,
+    rpc,
+)
+
+HOPS = 3
+_LOG = os.environ.get("DEX_MN_LOG", "")
+
+
+def log(event: str, context: Context) -> None:
+    line = f"{event} {context.flow_id} {context.step_execution_id} {context.attempt} {os.getpid()}"
+    fd = os.open(_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+_FAST = RetryPolicy(initial_interval=timedelta(seconds=0.1), maximum_attempts=20)
+
+
+class Begin(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        log("begin", context)
+        return StepDecision.go_to(Nap, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST)
+
+
+class Nap(Step[int]):
+    """A durable Timer: fires once, whichever server holds it."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(Timer.by_duration(timedelta(seconds=0.3)))
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        log("nap", context)
+        return StepDecision.go_to(Once, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST, wait_for_retry=_FAST)
+
+
+class Once(Step[int]):
+    """Single attempt, durably started before its effect: at most once, ever."""
+
+    async def execute(self, ctx: Context, input: int) -> StepDecision:
+        assert isinstance(ctx, AsyncContext)
+        await ctx.heartbeat(durable=True)
+        log("once", ctx)
+        await asyncio.sleep(0.2)
+        return StepDecision.go_to(Hop, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(maximum_attempts=1)
+        ).on_execute_failure_proceed_to(Rescue)
+
+
+class Rescue(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        log("rescue", context)
+        return StepDecision.go_to(Hop, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST)
+
+
+class Hop(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        log("hop", context)
+        if input + 1 >= HOPS:
+            return StepDecision.graceful_complete(input + 1)
+        return StepDecision.go_to(Hop, input + 1)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST)
+
+
+class Relay(Flow[int]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Begin()).other_steps(Nap(), Once(), Rescue(), Hop())
+
+
+BELL = Channel("bell", str)
+
+
+class Listen(Step[None]):
+    def wait_for(self, context: Context, input: None) -> Wait:
+        return Wait.until(BELL.for_one())
+
+    def execute(self, context: Context, input: None) -> StepDecision:
+        log("rang", context)
+        return StepDecision.graceful_complete(f"{BELL.results(context)[0]} {os.getpid()}")
+
+
+class Bell(Flow[None]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Listen())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(BELL)
+
+    @rpc(is_transactional=True)
+    def ring(self, context: Context, input: str) -> str:
+        BELL.publish(context, input)
+        return f"rung by {os.getpid()}"
+
+
+RELAY = Relay()
+BELL_FLOW = Bell()
+
+
+def registry() -> dex.Registry:
+    return dex.Registry([RELAY, BELL_FLOW], allow_async_handlers=True)
+
+
+async def _main(address: str) -> None:
+    worker = dex.AsyncWorker(
+        registry(),
+        options=dex.WorkerOptions(
+            server_address=address, pull=dex.PullWorkerOptions(max_concurrent_tasks=64)
+        ),
+    )
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1]))

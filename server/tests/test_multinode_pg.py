@@ -1,0 +1,220 @@
+"""Several servers on one PostgreSQL database, with SDK Workers in child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import psycopg
+import pytest
+from dex import AsyncClient, ClientOptions, FlowStatus
+from dex_server.testing import RunningServer, create_test_database, drop_test_database
+
+from tests._mn_flows import BELL_FLOW, HOPS, RELAY, registry
+
+SERVER_DIR = Path(__file__).resolve().parent.parent
+
+
+def _reachable() -> bool:
+    try:
+        drop_test_database(create_test_database())
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _reachable(), reason="PostgreSQL is not reachable")
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    url = create_test_database()
+    try:
+        yield url
+    finally:
+        drop_test_database(url)
+
+
+class Worker:
+    """``python -m tests._mn_flows ADDRESS`` in its own process group."""
+
+    def __init__(self, address: str, log: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests._mn_flows", address],
+            cwd=SERVER_DIR,
+            env={**os.environ, "DEX_MN_LOG": str(log), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    tmp_path: Path, url: str, n: int, **overrides: object
+) -> AsyncIterator[list[RunningServer]]:
+    servers = [
+        RunningServer(tmp_path / f"s{i}", {"database_url": url, **overrides}) for i in range(n)
+    ]
+    try:
+        for s in servers:
+            s.directory.mkdir(parents=True, exist_ok=True)
+            await s.start()
+        yield servers
+    finally:
+        for s in servers:
+            await s.stop()
+
+
+def client(server: RunningServer) -> AsyncClient:
+    return AsyncClient(registry(), options=ClientOptions(server_address=server.address, timeout=60))
+
+
+def read_log(path: Path) -> list[list[str]]:
+    return [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+async def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def completed_steps(c: AsyncClient, flow_id: str) -> list[str]:
+    """Step execution ids of every committed StepExecuteCompleted event, in order."""
+    out: list[str] = []
+    token: str | None = None
+    while True:
+        page = await c.get_history(flow_id, page_size=1000, page_token=token)
+        for ev in page.events:
+            if ev.type == "StepExecuteCompleted":
+                payload = msgspec.json.decode(ev.payload)
+                out.append(str(payload["context"]["stepExecutionId"]))
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
+    tmp_path: Path, db_url: str
+) -> None:
+    log = tmp_path / "steps.log"
+    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        workers = [Worker(a.address, log), Worker(b.address, log)]
+        try:
+            async with client(a) as ca, client(b) as cb:
+                ids = [f"relay-{i}" for i in range(50)]
+                await asyncio.gather(
+                    *(
+                        (ca if i % 2 == 0 else cb).start_flow(RELAY, fid, 0)
+                        for i, fid in enumerate(ids)
+                    )
+                )
+                # mid-run: some Flows are past their Timer, most are not done
+                await until(
+                    lambda: sum(1 for r in read_log(log) if r[0] == "nap") >= 10, 30, "naps"
+                )
+                a.kill()
+                results = await asyncio.gather(*(cb.wait_for_flow(fid, 60) for fid in ids))
+                assert [r.status for r in results] == [FlowStatus.COMPLETED] * len(ids)
+                for fid in ids:
+                    steps = await completed_steps(cb, fid)
+                    dupes = [s for s, n in Counter(steps).items() if n > 1]
+                    assert not dupes, f"{fid}: committed twice: {dupes}"
+                    kinds = [s.split("-")[0] for s in steps]
+                    # the Timer fired once (one Nap), every hop committed once
+                    assert kinds.count("Nap") == 1 and kinds.count("Hop") == HOPS, steps
+                    assert kinds.count("Once") + kinds.count("Rescue") == 1, steps
+        finally:
+            for w in workers:
+                w.kill()
+    rows = read_log(log)
+    once = Counter((r[1], r[2]) for r in rows if r[0] == "once")
+    assert once and max(once.values()) == 1, "a single-attempt Step ran twice"
+    # Flows server A was running went on with server B's Worker after A died
+    pid_a, pid_b = str(workers[0].proc.pid), str(workers[1].proc.pid)
+    moved = {r[1] for r in rows if r[4] == pid_a} & {r[1] for r in rows if r[4] == pid_b}
+    assert moved, "no Flow moved from server A to server B"
+
+
+async def test_a_message_through_one_server_wakes_a_step_on_another(
+    tmp_path: Path, db_url: str
+) -> None:
+    log = tmp_path / "bell.log"
+    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        worker = Worker(b.address, log)  # only server B has a Worker
+        try:
+            async with client(a) as ca:
+                await ca.start_flow(BELL_FLOW, "bell-1")
+                # the RPC runs on B's Worker; its publish commits through A
+                deadline = time.monotonic() + 20
+                while True:
+                    try:
+                        rung = await ca.invoke_rpc(BELL_FLOW.ring, "bell-1", "ding")
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.1)
+                assert rung == f"rung by {worker.proc.pid}"
+                sent = time.monotonic()
+                result = await ca.wait_for_flow("bell-1", 30)
+                woke_after = time.monotonic() - sent
+            assert result.status is FlowStatus.COMPLETED
+            assert result.single_output(str) == f"ding {worker.proc.pid}"
+            # a signal, not the one-second polling, carried the wake-up across servers
+            assert woke_after < 0.9, woke_after
+        finally:
+            worker.kill()
+
+
+async def test_killed_database_connections_lose_nothing(tmp_path: Path, db_url: str) -> None:
+    log = tmp_path / "steps.log"
+    async with cluster(tmp_path, db_url, 2) as (a, b):
+        workers = [Worker(a.address, log), Worker(b.address, log)]
+        try:
+            async with client(a) as ca, client(b) as cb, httpx.AsyncClient() as http:
+                ids = [f"relay-{i}" for i in range(20)]
+                for i, fid in enumerate(ids):
+                    await (ca if i % 2 else cb).start_flow(RELAY, fid, 0)
+                codes: Counter[int] = Counter()
+                unavailable = 0
+                with psycopg.connect(db_url, autocommit=True) as admin:
+                    for _ in range(6):
+                        admin.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE"
+                            " datname=current_database() AND application_name LIKE 'dex-server%'"
+                        )
+                        for srv in (a, b):
+                            r = await http.get(f"{srv.url}/v1/flows/relay-0")
+                            codes[r.status_code] += 1
+                            if r.status_code == 503:
+                                assert r.json()["code"] == "UNAVAILABLE"
+                                unavailable += 1
+                        await asyncio.sleep(0.3)
+                assert set(codes) <= {200, 503}, codes
+                assert unavailable >= 1, codes
+                results = await asyncio.gather(*(ca.wait_for_flow(fid, 60) for fid in ids))
+                assert {r.status for r in results} == {FlowStatus.COMPLETED}
+                for fid in ids:
+                    steps = await completed_steps(ca, fid)
+                    assert len(steps) == len(set(steps)), steps
+                    assert [s.split("-")[0] for s in steps].count("Hop") == HOPS
+        finally:
+            for w in workers:
+                w.kill()
