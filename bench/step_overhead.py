@@ -1,7 +1,7 @@
 """Per-Step overhead and throughput of the engine, server and Worker in separate processes.
 
     uv run python bench/step_overhead.py [--steps 500] [--flows 100] [--flow-steps 20]
-                                         [--no-fsync] [--database-url URL]
+                                         [--no-fsync] [--database-url URL] [--servers N]
 
 ``URL`` is ``sqlite:///PATH`` (default: a temporary file) or ``postgresql://...`` (used as
 is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres dex_bench``).
@@ -13,11 +13,15 @@ is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres de
 2. ``--flows`` Flows of ``--flow-steps`` no-op Steps each run at the same time; reported as
    aggregate Steps per second (wall clock from the first start to the last completion).
 
+``--servers N`` (PostgreSQL only) runs N servers on the one database, a Worker connected to
+each, and starts the concurrent Flows through the servers in turn (the sequential chain
+runs on the first).
+
 The server is ``python -m dex_server`` on SQLite (``synchronous=FULL`` unless
 ``--no-fsync``) or PostgreSQL (``synchronous_commit`` on unless ``--no-fsync``); the
 Worker is an ``AsyncWorker`` child process. The last line is::
 
-    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite|postgres
+    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite|postgres servers=1
 """
 
 from __future__ import annotations
@@ -154,30 +158,46 @@ async def sequential(client: dex.AsyncClient, steps: int) -> tuple[list[float], 
     return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)], wall_ms
 
 
-async def concurrent(client: dex.AsyncClient, flows: int, steps: int) -> float:
+async def concurrent(clients: list[dex.AsyncClient], flows: int, steps: int) -> float:
     started = time.perf_counter()
-    await asyncio.gather(*(run_chain(client, steps) for _ in range(flows)))
+    await asyncio.gather(*(run_chain(clients[i % len(clients)], steps) for i in range(flows)))
     return flows * steps / (time.perf_counter() - started)
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
     db = database_args(args.database_url, workdir)
     store = "postgres" if db[0] == "--database-url" else "sqlite"
-    server, address = start_server(db, workdir, fsync=not args.no_fsync)
-    worker = subprocess.Popen(
-        [sys.executable, __file__, "--worker", address, "--slots", str(args.flows + 8)],
-        start_new_session=True,
-    )
+    if args.servers > 1 and store != "postgres":
+        raise SystemExit("--servers N needs --database-url postgresql://...")
+    servers: list[subprocess.Popen[bytes]] = []
+    workers: list[subprocess.Popen[bytes]] = []
+    addresses: list[str] = []
+    slots = str(args.flows + 8)
     try:
-        options = dex.ClientOptions(server_address=address, timeout=120.0)
-        async with dex.AsyncClient(registry(), options=options) as client:
-            await run_chain(client, 50)  # warm up both processes and the store
+        for i in range(args.servers):
+            proc, address = start_server(db, workdir, fsync=not args.no_fsync, name=f"server{i}")
+            servers.append(proc)
+            addresses.append(address)
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", address, "--slots", slots],
+                    start_new_session=True,
+                )
+            )
+        options = [dex.ClientOptions(server_address=a, timeout=120.0) for a in addresses]
+        clients = [dex.AsyncClient(registry(), options=o) for o in options]
+        try:
+            for c in clients:
+                await run_chain(c, 50)  # warm up every process and the store
             load_before = os.getloadavg()[0]
-            overheads, wall_ms = await sequential(client, args.steps)
-            steps_per_s = await concurrent(client, args.flows, args.flow_steps)
+            overheads, wall_ms = await sequential(clients[0], args.steps)
+            steps_per_s = await concurrent(clients, args.flows, args.flow_steps)
+        finally:
+            for c in clients:
+                await c.close()
     finally:
-        stop(worker)
-        stop(server)
+        for proc in [*workers, *servers]:
+            stop(proc)
     p50 = statistics.median(overheads)
     p95 = percentile(overheads, 0.95)
     fsync = "off" if args.no_fsync else "on"
@@ -186,12 +206,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         f"max {max(overheads):.3f} ms (client wall clock incl. start and wait: "
         f"{wall_ms:.3f} ms/Step)"
     )
-    print(f"concurrent: {args.flows} Flows x {args.flow_steps} Steps, {steps_per_s:.0f} Steps/s")
+    print(
+        f"concurrent: {args.flows} Flows x {args.flow_steps} Steps on {args.servers} "
+        f"server(s), {steps_per_s:.0f} Steps/s"
+    )
     # the figures are only as good as the machine is quiet: other load skews them
     print(f"load average (1 min) at start / end: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
-        f"fsync={fsync} store={store}"
+        f"fsync={fsync} store={store} servers={args.servers}"
     )
 
 
@@ -204,6 +227,7 @@ def main() -> None:
     parser.add_argument(
         "--database-url", default=None, help="sqlite:///PATH (default: temp) or postgresql://..."
     )
+    parser.add_argument("--servers", type=int, default=1, help="servers on one PostgreSQL database")
     parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=108, help=argparse.SUPPRESS)
     args = parser.parse_args()

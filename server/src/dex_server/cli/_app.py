@@ -150,6 +150,14 @@ def server(
             help="Do not migrate; fail if the schema is behind (role without DDL rights).",
         ),
     ] = False,
+    server_lease_s: Annotated[
+        float,
+        typer.Option(
+            "--server-lease-s",
+            min=1.0,
+            help="Several servers: missed heartbeats before another takes over (seconds).",
+        ),
+    ] = 15.0,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -164,6 +172,7 @@ def server(
             address_file=address_file,
             pool_size=pool_size,
             verify_schema_only=verify_schema_only,
+            server_lease_s=server_lease_s,
         )
     )
     _serve.run(config, banner=False)

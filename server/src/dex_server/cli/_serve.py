@@ -44,6 +44,7 @@ class ServerArgs:
     address_file: Path | None
     pool_size: int = 4
     verify_schema_only: bool = False
+    server_lease_s: float = 15.0
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -81,6 +82,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         database_url=url if is_postgres_url(url) else None,
         pool_size=args.pool_size,
         verify_schema_only=args.verify_schema_only,
+        server_lease_s=args.server_lease_s,
         address_file=args.address_file.resolve() if args.address_file else None,
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
