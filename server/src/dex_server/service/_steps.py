@@ -462,6 +462,10 @@ def recover_claimed(
                 )
                 fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
             else:
+                if 0 < e.not_before <= now:
+                    # its retry timer is due: dispatch now and let the timer find nothing
+                    tx.timers.clear(run_id, eid)
+                    e.not_before = 0.0
                 schedule(tx, flow, e, now, eff)
         check_graceful(tx, limits, flow, now, eff)
         finish(tx, flow, eff)

@@ -200,6 +200,8 @@ class PostgresStore:
         migrate(self.url, verify_only=self.verify_only)
         self._conn = connect(self.url, fsync=self.fsync)
         self._tx = repos(self._conn, writer=True, server_id=self.server_id)
+        # recorded before this server claims anything, so its claims can be taken over
+        self._beat(self._conn)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
         self._thread.start()
@@ -250,8 +252,11 @@ class PostgresStore:
                 log.warning("store: signal connection lost (%s); reconnecting", exc)
                 self._stopping.wait(delay)
         if conn is not None:
+            # stopping: let another server take over what this one dispatched right away
             with contextlib.suppress(psycopg.Error):
-                conn.execute("DELETE FROM servers WHERE server_id=%s", (self.server_id,))
+                conn.execute(
+                    "UPDATE servers SET heartbeat_at=0 WHERE server_id=%s", (self.server_id,)
+                )
             conn.close()
 
     def _beat(self, conn: Conn) -> None:
@@ -270,15 +275,15 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Finish queued jobs, stop the threads and close the connections."""
+        if self._thread is not None:
+            self._queue.put(None)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        # the heartbeat stops last: takeover starts once this server committed its last job
         if self._listener is not None:
             self._stopping.set()
             await asyncio.to_thread(self._listener.join)
             self._listener = None
-        if self._thread is None:
-            return
-        self._queue.put(None)
-        await asyncio.to_thread(self._thread.join)
-        self._thread = None
         if self._readers is not None:
             self._readers.shutdown(wait=True)
             self._readers = None
