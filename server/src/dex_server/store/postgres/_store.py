@@ -16,19 +16,21 @@ from psycopg import errors as pg_errors
 
 from dex_server.store._contract import StoreUnavailableError, Tx
 from dex_server.store._migrations import apply_migrations, statements, verify_schema
-from dex_server.store.postgres._repos import (
-    PgBlobs,
-    PgChannels,
+from dex_server.store.postgres._cluster_repos import (
     PgClaims,
-    PgExecutions,
-    PgFlows,
-    PgHistory,
     PgRpcCalls,
     PgServers,
     PgSignals,
+    PgStreams,
+)
+from dex_server.store.postgres._repos import (
+    PgBlobs,
+    PgChannels,
+    PgExecutions,
+    PgFlows,
+    PgHistory,
     PgSpecs,
     PgState,
-    PgStreams,
     PgTimers,
 )
 

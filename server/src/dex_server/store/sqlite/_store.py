@@ -13,19 +13,21 @@ from typing import Any, TypeVar
 from dex_server.store._contract import Tx
 from dex_server.store._migrations import apply_migrations as run_migrations
 from dex_server.store._migrations import statements, verify_schema
-from dex_server.store.sqlite._repos import (
-    SqliteBlobs,
-    SqliteChannels,
+from dex_server.store.sqlite._cluster_repos import (
     SqliteClaims,
-    SqliteExecutions,
-    SqliteFlows,
-    SqliteHistory,
     SqliteRpcCalls,
     SqliteServers,
     SqliteSignals,
+    SqliteStreams,
+)
+from dex_server.store.sqlite._repos import (
+    SqliteBlobs,
+    SqliteChannels,
+    SqliteExecutions,
+    SqliteFlows,
+    SqliteHistory,
     SqliteSpecs,
     SqliteState,
-    SqliteStreams,
     SqliteTimers,
 )
 

@@ -1,0 +1,187 @@
+"""PostgreSQL repositories for several servers: claims, servers, signals, RPC calls, Streams."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dex_server.store.postgres._repos import _b, _Repo
+
+
+def _pairs(rows: list[tuple[object, ...]]) -> list[tuple[str, str]]:
+    return sorted((str(r[0]), str(r[1])) for r in rows)
+
+
+class PgClaims(_Repo):
+    def release(self, run_id: str, execution_id: str, now: float) -> None:
+        self.run(
+            "UPDATE executions SET claimed_by=NULL, released_at=%s WHERE run_id=%s AND"
+            " execution_id=%s AND claimed_by=%s",
+            (now, run_id, execution_id, self.me),
+        )
+
+    def claim_pool(
+        self, flow_types: Sequence[str], now: float, limit: int
+    ) -> list[tuple[str, str]]:
+        if not flow_types:
+            return []
+        return _pairs(
+            self.rows(
+                "UPDATE executions e SET claimed_by=%s, released_at=NULL FROM (SELECT"
+                " x.run_id, x.execution_id FROM executions x JOIN flows f ON"
+                " f.run_id=x.run_id WHERE x.claimed_by IS NULL AND x.ready_at IS NOT NULL AND"
+                " x.ready_at<=%s AND f.flow_type = ANY(%s) ORDER BY x.ready_at LIMIT %s"
+                " FOR UPDATE OF x SKIP LOCKED) c WHERE e.run_id=c.run_id AND"
+                " e.execution_id=c.execution_id RETURNING e.run_id, e.execution_id",
+                (self.me, now, list(flow_types), limit),
+            )
+        )
+
+    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
+        return _pairs(
+            self.rows(
+                "UPDATE executions e SET claimed_by=%s, released_at=NULL FROM (SELECT"
+                " run_id, execution_id FROM executions WHERE claimed_by IS NULL AND ready_at"
+                " IS NOT NULL AND released_at<=%s LIMIT %s FOR UPDATE SKIP LOCKED) c WHERE"
+                " e.run_id=c.run_id AND e.execution_id=c.execution_id"
+                " RETURNING e.run_id, e.execution_id",
+                (self.me, before, limit),
+            )
+        )
+
+    def claim_from(self, server_ids: Sequence[str]) -> list[tuple[str, str]]:
+        if not server_ids:
+            return []
+        return _pairs(
+            self.rows(
+                "UPDATE executions SET claimed_by=%s WHERE claimed_by = ANY(%s) AND"
+                " ready_at IS NOT NULL RETURNING run_id, execution_id",
+                (self.me, list(server_ids)),
+            )
+        )
+
+    def mine_ready(self, now: float) -> list[tuple[str, str]]:
+        return _pairs(
+            self.rows(
+                "SELECT run_id, execution_id FROM executions WHERE claimed_by=%s AND ready_at<=%s",
+                (self.me, now),
+            )
+        )
+
+
+# A server whose database session is gone (process killed) is dead after this grace,
+# short enough for a quick takeover, long enough for a live server to reconnect.
+SESSION_GRACE_S = 3.0
+
+
+class PgServers(_Repo):
+    def dead(self, now: float, lease_s: float) -> list[str]:
+        rows = self.rows(
+            "SELECT s.server_id FROM servers s WHERE s.server_id<>%s AND (s.heartbeat_at<%s"
+            " OR (s.heartbeat_at<%s AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE"
+            " a.pid=s.backend_pid))) FOR UPDATE OF s SKIP LOCKED",
+            (self.me, now - lease_s, now - SESSION_GRACE_S),
+        )
+        return [str(r[0]) for r in rows]
+
+    def remove(self, server_ids: Sequence[str]) -> None:
+        self.run("DELETE FROM servers WHERE server_id = ANY(%s)", (list(server_ids),))
+
+
+class PgSignals(_Repo):
+    def notify(self, kind: str, data: str) -> None:
+        self.c.execute("SELECT pg_notify('dex', %s)", (f"{self.me}|{kind}|{data}",))
+
+
+class PgRpcCalls(_Repo):
+    def add(
+        self, call_id: str, flow_type: str, timeout_s: float, request: bytes, now: float
+    ) -> None:
+        self.run(
+            "INSERT INTO rpc_calls (call_id, flow_type, caller, created_at, timeout_s, request)"
+            " VALUES (%s,%s,%s,%s,%s,%s)",
+            (call_id, flow_type, self.me, now, timeout_s, request),
+        )
+
+    def claim(self, flow_types: Sequence[str], limit: int) -> list[tuple[str, bytes]]:
+        rows = self.rows(
+            "UPDATE rpc_calls r SET claimed_by=%s FROM (SELECT call_id FROM rpc_calls WHERE"
+            " claimed_by IS NULL AND flow_type = ANY(%s) ORDER BY created_at LIMIT %s FOR"
+            " UPDATE SKIP LOCKED) c WHERE r.call_id=c.call_id RETURNING r.call_id, r.request",
+            (self.me, list(flow_types), limit),
+        )
+        return [(str(r[0]), _b(r[1])) for r in rows]
+
+    def finish(self, call_id: str, result: bytes) -> None:
+        self.run("UPDATE rpc_calls SET result=%s WHERE call_id=%s", (result, call_id))
+
+    def state(self, call_id: str) -> tuple[bool, bytes | None] | None:
+        row = self.row("SELECT claimed_by, result FROM rpc_calls WHERE call_id=%s", (call_id,))
+        if row is None:
+            return None
+        return row[0] is not None, _b(row[1]) if row[1] is not None else None
+
+    def withdraw(self, call_id: str) -> bool:
+        return bool(
+            self.rows(
+                "DELETE FROM rpc_calls WHERE call_id=%s AND claimed_by IS NULL RETURNING 1",
+                (call_id,),
+            )
+        )
+
+    def delete(self, call_id: str) -> None:
+        self.run("DELETE FROM rpc_calls WHERE call_id=%s", (call_id,))
+
+    def abandon(self, server_ids: Sequence[str]) -> None:
+        ids = list(server_ids)
+        self.run("DELETE FROM rpc_calls WHERE caller = ANY(%s)", (ids,))
+        self.run(
+            "UPDATE rpc_calls SET claimed_by=NULL WHERE claimed_by = ANY(%s) AND result IS NULL",
+            (ids,),
+        )
+
+
+class PgStreams(_Repo):
+    def append(
+        self, key: tuple[str, str, str], source: str, value: bytes, now: float, capacity: int
+    ) -> int:
+        row = self.row(
+            "INSERT INTO stream_messages (flow_type, stream, flow_id, source, created_at, value)"
+            " VALUES (%s,%s,%s,%s,%s,%s) RETURNING seq",
+            (*key, source, now, value),
+        )
+        self.run(
+            "DELETE FROM stream_messages WHERE flow_type=%s AND stream=%s AND flow_id=%s AND"
+            " seq < (SELECT min(seq) FROM (SELECT seq, sum(octet_length(value)) OVER (ORDER BY"
+            " seq DESC) AS acc FROM stream_messages WHERE flow_type=%s AND stream=%s AND"
+            " flow_id=%s) t WHERE acc<=%s)",
+            (*key, *key, capacity),
+        )
+        assert row is not None and isinstance(row[0], int)
+        return row[0]
+
+    def after(self, key: tuple[str, str, str], seq: int) -> tuple[int, float, str, bytes] | None:
+        row = self.row(
+            "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=%s AND"
+            " stream=%s AND flow_id=%s AND seq>%s ORDER BY seq LIMIT 1",
+            (*key, seq),
+        )
+        return _stream_row(row) if row else None
+
+    def before(
+        self, key: tuple[str, str, str], seq: int | None, limit: int
+    ) -> list[tuple[int, float, str, bytes]]:
+        rows = self.rows(
+            "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=%s AND"
+            " stream=%s AND flow_id=%s AND seq<%s ORDER BY seq DESC LIMIT %s",
+            (*key, seq if seq is not None else 2**62, limit),
+        )
+        return [_stream_row(r) for r in rows]
+
+    def delete_flow(self, flow_type: str, flow_id: str) -> None:
+        self.run(
+            "DELETE FROM stream_messages WHERE flow_type=%s AND flow_id=%s", (flow_type, flow_id)
+        )
+
+
+def _stream_row(r: tuple[object, ...]) -> tuple[int, float, str, bytes]:
+    return (int(r[0]), float(r[1]), str(r[2]), _b(r[3]))  # type: ignore[call-overload,arg-type]

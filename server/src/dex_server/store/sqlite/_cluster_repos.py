@@ -1,0 +1,197 @@
+"""SQLite repositories for the multi-server aggregates (one server per file)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from dex_server.store.sqlite._repos import _marks
+
+
+class SqliteClaims:
+    """Claims on a store only one server uses: every claim but this server's is stale."""
+
+    def __init__(self, conn: sqlite3.Connection, server_id: str) -> None:
+        self.c = conn
+        self.me = server_id
+
+    def release(self, run_id: str, execution_id: str, now: float) -> None:
+        self.c.execute(
+            "UPDATE executions SET claimed_by=NULL, released_at=? WHERE run_id=? AND"
+            " execution_id=? AND claimed_by=?",
+            (now, run_id, execution_id, self.me),
+        )
+
+    def _claim(self, where: str, args: Sequence[object]) -> list[tuple[str, str]]:
+        rows = self.c.execute(
+            f"UPDATE executions SET claimed_by=?, released_at=NULL WHERE {where}"
+            " RETURNING run_id, execution_id",
+            (self.me, *args),
+        ).fetchall()
+        return sorted((r[0], r[1]) for r in rows)
+
+    def claim_pool(
+        self, flow_types: Sequence[str], now: float, limit: int
+    ) -> list[tuple[str, str]]:
+        if not flow_types:
+            return []
+        return self._claim(
+            "(run_id, execution_id) IN (SELECT x.run_id, x.execution_id FROM executions x"
+            " JOIN flows f ON f.run_id=x.run_id WHERE x.claimed_by IS NULL AND x.ready_at"
+            f" IS NOT NULL AND x.ready_at<=? AND f.flow_type IN ({_marks(len(flow_types))})"
+            " ORDER BY x.ready_at LIMIT ?)",
+            (now, *flow_types, limit),
+        )
+
+    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
+        return self._claim(
+            "(run_id, execution_id) IN (SELECT run_id, execution_id FROM executions WHERE"
+            " claimed_by IS NULL AND ready_at IS NOT NULL AND released_at<=? LIMIT ?)",
+            (before, limit),
+        )
+
+    def claim_from(self, server_ids: Sequence[str]) -> list[tuple[str, str]]:
+        # one server per SQLite file: whatever no live process holds is this server's
+        return self._claim(
+            "ready_at IS NOT NULL AND (claimed_by IS NULL OR claimed_by<>?)", (self.me,)
+        )
+
+    def mine_ready(self, now: float) -> list[tuple[str, str]]:
+        rows = self.c.execute(
+            "SELECT run_id, execution_id FROM executions WHERE claimed_by=? AND ready_at<=?",
+            (self.me, now),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+class SqliteServers:
+    def __init__(self, conn: sqlite3.Connection, server_id: str) -> None:
+        self.c = conn
+        self.me = server_id
+
+    def dead(self, now: float, lease_s: float) -> list[str]:
+        # only this process uses the file, so any other server is gone; the sentinel ""
+        # stands for claims written before servers were recorded (or by a lost process)
+        rows = self.c.execute(
+            "SELECT DISTINCT claimed_by FROM executions WHERE claimed_by IS NOT NULL AND"
+            " claimed_by<>? UNION SELECT server_id FROM servers WHERE server_id<>?",
+            (self.me, self.me),
+        ).fetchall()
+        found = [r[0] for r in rows]
+        if (
+            not found
+            and self.c.execute(
+                "SELECT 1 FROM executions WHERE claimed_by IS NULL AND ready_at IS NOT NULL LIMIT 1"
+            ).fetchone()
+        ):
+            found = [""]
+        return found
+
+    def remove(self, server_ids: Sequence[str]) -> None:
+        self.c.executemany("DELETE FROM servers WHERE server_id=?", [(s,) for s in server_ids])
+
+
+class SqliteSignals:
+    def notify(self, kind: str, data: str) -> None:
+        """One server per SQLite file: nobody else to tell."""
+
+
+class SqliteRpcCalls:
+    """Never used with one server; kept so every store has the same tables and contract."""
+
+    def __init__(self, conn: sqlite3.Connection, server_id: str) -> None:
+        self.c = conn
+        self.me = server_id
+
+    def add(
+        self, call_id: str, flow_type: str, timeout_s: float, request: bytes, now: float
+    ) -> None:
+        self.c.execute(
+            "INSERT INTO rpc_calls (call_id, flow_type, caller, created_at, timeout_s, request)"
+            " VALUES (?,?,?,?,?,?)",
+            (call_id, flow_type, self.me, now, timeout_s, request),
+        )
+
+    def claim(self, flow_types: Sequence[str], limit: int) -> list[tuple[str, bytes]]:
+        if not flow_types:
+            return []
+        rows = self.c.execute(
+            "UPDATE rpc_calls SET claimed_by=? WHERE call_id IN (SELECT call_id FROM rpc_calls"
+            f" WHERE claimed_by IS NULL AND flow_type IN ({_marks(len(flow_types))})"
+            " ORDER BY created_at LIMIT ?) RETURNING call_id, request",
+            (self.me, *flow_types, limit),
+        ).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
+
+    def finish(self, call_id: str, result: bytes) -> None:
+        self.c.execute("UPDATE rpc_calls SET result=? WHERE call_id=?", (result, call_id))
+
+    def state(self, call_id: str) -> tuple[bool, bytes | None] | None:
+        row = self.c.execute(
+            "SELECT claimed_by, result FROM rpc_calls WHERE call_id=?", (call_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0] is not None, bytes(row[1]) if row[1] is not None else None
+
+    def withdraw(self, call_id: str) -> bool:
+        cur = self.c.execute(
+            "DELETE FROM rpc_calls WHERE call_id=? AND claimed_by IS NULL", (call_id,)
+        )
+        return cur.rowcount > 0
+
+    def delete(self, call_id: str) -> None:
+        self.c.execute("DELETE FROM rpc_calls WHERE call_id=?", (call_id,))
+
+    def abandon(self, server_ids: Sequence[str]) -> None:
+        for sid in server_ids:
+            self.c.execute("DELETE FROM rpc_calls WHERE caller=?", (sid,))
+            self.c.execute(
+                "UPDATE rpc_calls SET claimed_by=NULL WHERE claimed_by=? AND result IS NULL",
+                (sid,),
+            )
+
+
+class SqliteStreams:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def append(
+        self, key: tuple[str, str, str], source: str, value: bytes, now: float, capacity: int
+    ) -> int:
+        row = self.c.execute(
+            "INSERT INTO stream_messages (flow_type, stream, flow_id, source, created_at, value)"
+            " VALUES (?,?,?,?,?,?) RETURNING seq",
+            (*key, source, now, value),
+        ).fetchone()
+        self.c.execute(
+            "DELETE FROM stream_messages WHERE flow_type=? AND stream=? AND flow_id=? AND seq<"
+            " (SELECT min(seq) FROM (SELECT seq, sum(length(value)) OVER (ORDER BY seq DESC)"
+            " AS acc FROM stream_messages WHERE flow_type=? AND stream=? AND flow_id=?)"
+            " WHERE acc<=?)",
+            (*key, *key, capacity),
+        )
+        return int(row[0])
+
+    def after(self, key: tuple[str, str, str], seq: int) -> tuple[int, float, str, bytes] | None:
+        row = self.c.execute(
+            "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=? AND"
+            " stream=? AND flow_id=? AND seq>? ORDER BY seq LIMIT 1",
+            (*key, seq),
+        ).fetchone()
+        return (row[0], row[1], row[2], bytes(row[3])) if row else None
+
+    def before(
+        self, key: tuple[str, str, str], seq: int | None, limit: int
+    ) -> list[tuple[int, float, str, bytes]]:
+        rows = self.c.execute(
+            "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=? AND"
+            " stream=? AND flow_id=? AND seq<? ORDER BY seq DESC LIMIT ?",
+            (*key, seq if seq is not None else 2**62, limit),
+        )
+        return [(r[0], r[1], r[2], bytes(r[3])) for r in rows]
+
+    def delete_flow(self, flow_type: str, flow_id: str) -> None:
+        self.c.execute(
+            "DELETE FROM stream_messages WHERE flow_type=? AND flow_id=?", (flow_type, flow_id)
+        )
