@@ -24,6 +24,7 @@ from dex import (
     StepDecision,
     StepList,
     StepOptions,
+    Stream,
     Timer,
     Wait,
     rpc,
@@ -110,6 +111,7 @@ class Relay(Flow[int]):
 
 
 BELL = Channel("bell", str)
+NEWS = Stream("news", str)
 
 
 class Listen(Step[None]):
@@ -126,7 +128,7 @@ class Bell(Flow[None]):
         return StepList.start_step(Listen())
 
     def get_persistence_schema(self) -> PersistenceSchema:
-        return PersistenceSchema.of(BELL)
+        return PersistenceSchema.of(BELL, NEWS)
 
     @rpc(is_transactional=True)
     def ring(self, context: Context, input: str) -> str:

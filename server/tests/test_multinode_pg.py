@@ -218,3 +218,29 @@ async def test_killed_database_connections_lose_nothing(tmp_path: Path, db_url: 
         finally:
             for w in workers:
                 w.kill()
+
+
+async def test_a_stream_written_through_one_server_is_read_through_another(
+    tmp_path: Path, db_url: str
+) -> None:
+    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        worker = Worker(b.address, tmp_path / "w.log")  # registers the Bell spec on B
+        try:
+            path = "/v1/streams/Bell/news/bell-9"
+            async with httpx.AsyncClient(timeout=30) as http:
+                deadline = time.monotonic() + 20
+                while (await http.get(f"{a.url}{path}")).status_code != 200:
+                    assert time.monotonic() < deadline, "server A never learned the spec"
+                    await asyncio.sleep(0.1)
+                reader = asyncio.create_task(http.get(f"{b.url}{path}/next?timeout_s=20"))
+                await asyncio.sleep(0.3)  # the reader is parked on B
+                sent = time.monotonic()
+                body = {"source": "test", "value": "hello"}
+                assert (await http.post(f"{a.url}{path}", json=body)).status_code == 200
+                got = (await reader).json()["message"]
+                assert time.monotonic() - sent < 0.9
+                assert got["value"] == "hello" and got["source"] == "test"
+                listed = (await http.get(f"{b.url}{path}")).json()["messages"]
+                assert [m["value"] for m in listed] == ["hello"]
+        finally:
+            worker.kill()
