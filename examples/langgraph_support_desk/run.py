@@ -28,6 +28,7 @@ from dex_agents.testing import (
     MODEL_CALL_KIND,
     AgentTestStack,
     InvocationLog,
+    settled_approval,
     tool_call_kind,
     wait_for_agent_snapshot,
 )
@@ -44,7 +45,9 @@ def idle(snapshot: AgentSnapshot) -> AgentSnapshot | None:
 
 
 def pending(snapshot: AgentSnapshot) -> AgentInterrupt | None:
-    return next(iter(snapshot.pending_interrupts), None)
+    # Only once the parallel tool calls have finished: killing the Worker while one
+    # still runs would (rightly) run that read or idempotent write again.
+    return settled_approval(snapshot)
 
 
 async def main() -> int:

@@ -29,7 +29,12 @@ sys.path.insert(0, str(HERE))
 
 from agent import FAKE, FLOW_TYPE, MODEL_ENV, STATE_DIR_ENV, build_flow  # noqa: E402
 from dex_agents import AgentInterrupt, AgentSnapshot, AgentStatus  # noqa: E402
-from dex_agents.testing import AgentTestStack, InvocationLog, wait_for_agent_snapshot  # noqa: E402
+from dex_agents.testing import (  # noqa: E402
+    AgentTestStack,
+    InvocationLog,
+    settled_approval,
+    wait_for_agent_snapshot,
+)
 
 SESSION_ID = "support-1042"
 
@@ -39,7 +44,9 @@ def say(text: str) -> None:
 
 
 def pending(snapshot: AgentSnapshot) -> AgentInterrupt | None:
-    return next(iter(snapshot.pending_interrupts), None)
+    # Only once the parallel tool calls have finished: killing the Worker while one
+    # still runs would (rightly) run that read or idempotent write again.
+    return settled_approval(snapshot)
 
 
 def idle(snapshot: AgentSnapshot) -> AgentSnapshot | None:

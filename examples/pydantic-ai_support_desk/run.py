@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agent import FLOW_TYPE, STATE_DIR_ENV, build_flow
 from dex_agents import AgentSnapshot, MessageRole
-from dex_agents.testing import AgentTestStack, InvocationLog, wait_until
+from dex_agents.testing import AgentTestStack, InvocationLog, settled_approval, wait_until
 
 HERE = Path(__file__).resolve().parent
 SESSION_ID = "support-1042"
@@ -51,6 +51,8 @@ async def main() -> int:
         async def answered() -> AgentSnapshot | None:
             nonlocal killed, worker
             snapshot = await sessions.get_agent_snapshot(SESSION_ID)
+            if snapshot.pending_interrupts and settled_approval(snapshot) is None:
+                return None  # a parallel tool call still runs: kill only once it finished
             for interrupt in snapshot.pending_interrupts:
                 if not killed:
                     print(f"approval needed: {interrupt.tool_name} {interrupt.arguments}")

@@ -33,6 +33,7 @@ from dex_agents.testing import (
     AgentTestStack,
     InvocationLog,
     find_dexcli,
+    settled_approval,
     tool_call_kind,
     wait_for_agent_snapshot,
 )
@@ -162,7 +163,9 @@ async def demo(keep: bool) -> None:
         interrupt = await wait_for_agent_snapshot(
             sessions,
             SESSION_ID,
-            lambda snapshot: next(iter(snapshot.pending_interrupts), None),
+            # Once the parallel tool calls finished too: killing the Worker while the
+            # idempotent write still runs would (rightly) run it again.
+            settled_approval,
             description="the refund approval",
         )
         await view.caught_up("interrupt_raised", "finished:add_note")

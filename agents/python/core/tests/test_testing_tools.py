@@ -308,9 +308,46 @@ def test_the_exported_names_are_pinned() -> None:
         "parse_step_history",
         "read_step_history",
         "run_agent_worker",
+        "settled_approval",
         "tool_call_kind",
         "wait_for_agent_snapshot",
         "wait_until",
     ]
     assert all(hasattr(testing, name) for name in testing.__all__)
     assert testing.EXECUTE_COMPLETED_EVENT == "StepExecuteCompleted"
+
+
+def test_settled_approval_waits_for_the_other_tool_calls() -> None:
+    from dex_agents import AgentInterrupt, AgentSnapshot
+    from dex_agents.testing import settled_approval
+
+    def call(call_id: str, status: ToolCallStatus) -> AgentToolCall:
+        return msgspec.structs.replace(final_record(call_id, "ok"), status=status)
+
+    interrupt = AgentInterrupt(
+        interrupt_id="turn-1/refund",
+        tool_call_id="refund",
+        turn_id="turn-1",
+        tool_name="issue_refund",
+        arguments="{}",
+        created_at=0.0,
+    )
+    running = AgentSnapshot(
+        session_id="s",
+        state=None,
+        pending_interrupts=[interrupt],
+        tool_calls=[
+            call("refund", ToolCallStatus.AWAITING_APPROVAL),
+            call("note", ToolCallStatus.PENDING),
+        ],
+    )
+    settled = msgspec.structs.replace(
+        running,
+        tool_calls=[
+            call("refund", ToolCallStatus.AWAITING_APPROVAL),
+            call("note", ToolCallStatus.SUCCEEDED),
+        ],
+    )
+    assert settled_approval(running) is None
+    assert settled_approval(settled) == interrupt
+    assert settled_approval(msgspec.structs.replace(settled, pending_interrupts=[])) is None

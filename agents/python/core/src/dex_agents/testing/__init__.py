@@ -47,7 +47,12 @@ from dex_agents.testing._script import (
     ScriptedToolResult,
 )
 from dex_agents.testing._stack import AgentTestStack, WorkerHandle
-from dex_agents.testing._wait import SnapshotSource, wait_for_agent_snapshot, wait_until
+from dex_agents.testing._wait import (
+    SnapshotSource,
+    settled_approval,
+    wait_for_agent_snapshot,
+    wait_until,
+)
 from dex_agents.testing._worker import run_agent_worker
 
 __all__ = [
@@ -79,6 +84,7 @@ __all__ = [
     "read_step_history",
     "run_agent_worker",
     "tool_call_kind",
+    "settled_approval",
     "wait_for_agent_snapshot",
     "wait_until",
 ]

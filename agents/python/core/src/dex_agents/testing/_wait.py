@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 from dex.errors import DexServiceError
 
 if TYPE_CHECKING:
-    from dex_agents import AgentSnapshot
+    from dex_agents import AgentInterrupt, AgentSnapshot
 
 T = TypeVar("T")
 
@@ -133,3 +133,19 @@ async def wait_for_agent_snapshot(
         if last_error:
             raise TimeoutError(f"{error}; last server error: {last_error[0]!r}") from None
         raise
+
+
+def settled_approval(snapshot: AgentSnapshot) -> AgentInterrupt | None:
+    """Return the first pending approval once every other tool call of the turn is final.
+
+    Use it as a :func:`wait_for_agent_snapshot` probe before killing a Worker "while the
+    session waits for approval": a bare pending interrupt can appear while a parallel tool
+    Step of the same model response is still running (its record is committed only when
+    that Step ends), and killing the Worker then would rerun that tool.
+    """
+    pending = next(iter(snapshot.pending_interrupts), None)
+    if pending is None:
+        return None
+    waiting = {i.tool_call_id for i in snapshot.pending_interrupts}
+    others = [c for c in snapshot.tool_calls if c.tool_call_id not in waiting]
+    return pending if all(c.status.is_final for c in others) else None
