@@ -1,8 +1,9 @@
 """Flows and a Worker child for the multi-server tests (PostgreSQL).
 
-``python -m tests._mn_flows ADDRESS LOG`` runs an ``AsyncWorker`` on the server at
-``ADDRESS``; handlers append ``"<event> <flow_id> <step_execution_id> <attempt> <pid>"``
-lines to ``LOG`` so a test counts what ran where.
+``python -m tests._mn_flows ADDRESS`` runs an ``AsyncWorker`` on the server at ``ADDRESS``;
+handlers append ``"<event> <flow_id> <step_execution_id> <attempt> <pid>"`` lines to the
+file named by ``DEX_MN_LOG`` so a test counts what ran where (``ready`` once registered).
+With ``DEX_MN_HOLD=1`` every Hop on that Worker blocks forever after logging ``held``.
 """
 
 from __future__ import annotations
@@ -32,10 +33,16 @@ from dex import (
 
 HOPS = 3
 _LOG = os.environ.get("DEX_MN_LOG", "")
+_HOLD = os.environ.get("DEX_MN_HOLD") == "1"
 
 
 def log(event: str, context: Context) -> None:
-    line = f"{event} {context.flow_id} {context.step_execution_id} {context.attempt} {os.getpid()}"
+    _append(
+        f"{event} {context.flow_id} {context.step_execution_id} {context.attempt} {os.getpid()}"
+    )
+
+
+def _append(line: str) -> None:
     fd = os.open(_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -95,7 +102,11 @@ class Rescue(Step[int]):
 
 
 class Hop(Step[int]):
-    def execute(self, context: Context, input: int) -> StepDecision:
+    async def execute(self, context: Context, input: int) -> StepDecision:
+        if _HOLD:
+            # this Worker's server is about to be killed: keep the Flow in flight here
+            log("held", context)
+            await asyncio.Event().wait()
         log("hop", context)
         if input + 1 >= HOPS:
             return StepDecision.graceful_complete(input + 1)
@@ -151,7 +162,10 @@ async def _main(address: str) -> None:
             server_address=address, pull=dex.PullWorkerOptions(max_concurrent_tasks=64)
         ),
     )
-    await worker.run()
+    running = asyncio.create_task(worker.run())
+    await worker.wait_pull_registered()
+    _append(f"ready - - - {os.getpid()}")
+    await running
 
 
 if __name__ == "__main__":

@@ -48,11 +48,14 @@ def db_url() -> Iterator[str]:
 class Worker:
     """``python -m tests._mn_flows ADDRESS`` in its own process group."""
 
-    def __init__(self, address: str, log: Path) -> None:
+    def __init__(self, address: str, log: Path, *, hold: bool = False) -> None:
+        env = {**os.environ, "DEX_MN_LOG": str(log), "PYTHONUNBUFFERED": "1"}
+        if hold:
+            env["DEX_MN_HOLD"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests._mn_flows", address],
             cwd=SERVER_DIR,
-            env={**os.environ, "DEX_MN_LOG": str(log), "PYTHONUNBUFFERED": "1"},
+            env=env,
             start_new_session=True,
         )
 
@@ -115,8 +118,14 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
 ) -> None:
     log = tmp_path / "steps.log"
     async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
-        workers = [Worker(a.address, log), Worker(b.address, log)]
+        # server A's Worker keeps every Flow that reaches a Hop in flight until A dies
+        workers = [Worker(a.address, log, hold=True), Worker(b.address, log)]
+        pids = [str(w.proc.pid) for w in workers]
         try:
+            # a server without a registered Worker hands its Flows to the other one
+            await until(
+                lambda: {r[4] for r in read_log(log) if r[0] == "ready"} == set(pids), 30, "ready"
+            )
             async with client(a) as ca, client(b) as cb:
                 ids = [f"relay-{i}" for i in range(50)]
                 await asyncio.gather(
@@ -127,7 +136,12 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
                 )
                 # mid-run: some Flows are past their Timer, most are not done
                 await until(
-                    lambda: sum(1 for r in read_log(log) if r[0] == "nap") >= 10, 30, "naps"
+                    lambda: (
+                        sum(1 for r in read_log(log) if r[0] == "nap") >= 10
+                        and any(r[0] == "held" for r in read_log(log))
+                    ),
+                    30,
+                    "naps and a held Hop",
                 )
                 a.kill()
                 results = await asyncio.gather(*(cb.wait_for_flow(fid, 60) for fid in ids))
@@ -146,10 +160,11 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
     rows = read_log(log)
     once = Counter((r[1], r[2]) for r in rows if r[0] == "once")
     assert once and max(once.values()) == 1, "a single-attempt Step ran twice"
-    # Flows server A was running went on with server B's Worker after A died
-    pid_a, pid_b = str(workers[0].proc.pid), str(workers[1].proc.pid)
-    moved = {r[1] for r in rows if r[4] == pid_a} & {r[1] for r in rows if r[4] == pid_b}
-    assert moved, "no Flow moved from server A to server B"
+    # Flows held on server A's Worker went on with server B's Worker after A died
+    held = {r[1] for r in rows if r[0] == "held"}
+    assert held and all(r[4] == pids[0] for r in rows if r[0] == "held")
+    hopped_on_b = {r[1] for r in rows if r[0] == "hop" and r[4] == pids[1]}
+    assert held <= hopped_on_b, f"held on A, never finished on B: {held - hopped_on_b}"
 
 
 async def test_a_message_through_one_server_wakes_a_step_on_another(
