@@ -16,14 +16,17 @@ from datetime import timedelta
 import dex
 from dex import (
     AsyncContext,
+    Attribute,
     Channel,
     Context,
     Flow,
     PersistenceSchema,
     RetryPolicy,
+    RPCResult,
     Step,
     StepDecision,
     StepList,
+    StepMovement,
     StepOptions,
     Stream,
     Timer,
@@ -147,12 +150,68 @@ class Bell(Flow[None]):
         return f"rung by {os.getpid()}"
 
 
+GUARD = Attribute("guard", int)
+
+
+async def _gate(name: str) -> None:
+    """Return once the test created the file ``<DEX_MN_GATES>/<name>``."""
+    path = os.path.join(os.environ["DEX_MN_GATES"], name)
+    while not os.path.exists(path):
+        await asyncio.sleep(0.01)
+
+
+class Latch(Step[str]):
+    """Holds the ``guard`` lock until the gate named by its input opens, then adds 1."""
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        log(f"latch-{input}", context)
+        await _gate(input)
+        GUARD.set(context, (GUARD.get(context) or 0) + 1)
+        log(f"done-{input}", context)
+        return StepDecision.dead_end()
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_lock_attributes=(GUARD.lock(),))
+
+
+class Guarded(Flow[None]):
+    """Latch Steps scheduled by an RPC, and RPCs that need the lock or the whole Flow."""
+
+    def get_steps(self) -> StepList:
+        return StepList.without_start_step(Latch())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GUARD)
+
+    @rpc
+    def latch(self, context: Context, input: str) -> RPCResult[None]:
+        return RPCResult(output=None, next_steps=(StepMovement.of(Latch, input),))
+
+    @rpc(lock_attributes=(GUARD.lock(),))
+    def bump(self, context: Context) -> int:
+        GUARD.set(context, (GUARD.get(context) or 0) + 100)
+        return GUARD.get(context) or 0
+
+    @rpc(is_transactional=True)
+    async def tally(self, context: Context, input: str) -> int:
+        seen = GUARD.get(context) or 0
+        _append(f"tally-{input} {context.flow_id} - - {os.getpid()}")
+        await _gate(input)
+        GUARD.set(context, seen + 1000)
+        return seen
+
+    @rpc
+    def guard(self, context: Context) -> int:
+        return GUARD.get(context) or 0
+
+
 RELAY = Relay()
+GUARDED = Guarded()
 BELL_FLOW = Bell()
 
 
 def registry() -> dex.Registry:
-    return dex.Registry([RELAY, BELL_FLOW], allow_async_handlers=True)
+    return dex.Registry([RELAY, BELL_FLOW, GUARDED], allow_async_handlers=True)
 
 
 async def _main(address: str) -> None:

@@ -12,15 +12,16 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
 import psycopg
 import pytest
-from dex import AsyncClient, ClientOptions, FlowStatus
+from dex import AsyncClient, ClientOptions, FlowStatus, RpcLockConflictError
 from dex_server.testing import RunningServer, create_test_database, drop_test_database
 
-from tests._mn_flows import BELL_FLOW, HOPS, RELAY, registry
+from tests._mn_flows import BELL_FLOW, GUARDED, HOPS, RELAY, registry
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
 
@@ -49,7 +50,12 @@ class Worker:
     """``python -m tests._mn_flows ADDRESS`` in its own process group."""
 
     def __init__(self, address: str, log: Path, *, hold: bool = False) -> None:
-        env = {**os.environ, "DEX_MN_LOG": str(log), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DEX_MN_LOG": str(log),
+            "DEX_MN_GATES": str(log.parent / "gates"),
+            "PYTHONUNBUFFERED": "1",
+        }
         if hold:
             env["DEX_MN_HOLD"] = "1"
         self.proc = subprocess.Popen(
@@ -98,19 +104,56 @@ async def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore
         await asyncio.sleep(0.05)
 
 
-async def completed_steps(c: AsyncClient, flow_id: str) -> list[str]:
-    """Step execution ids of every committed StepExecuteCompleted event, in order."""
-    out: list[str] = []
+async def never(predicate, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Check for ``seconds`` that ``predicate`` (sync or async) stays false."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = predicate()
+        if asyncio.iscoroutine(got):
+            got = await got
+        assert not got, what
+        await asyncio.sleep(0.05)
+
+
+async def until_async(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def workers_ready(log: Path, workers: list[Worker]) -> list[str]:
+    """Wait until every Worker registered with its server; their pids."""
+    pids = [str(w.proc.pid) for w in workers]
+    await until(
+        lambda: {r[4] for r in read_log(log) if r[0] == "ready"} >= set(pids), 30, "Workers"
+    )
+    return pids
+
+
+def logged(log: Path, event: str) -> list[list[str]]:
+    return [r for r in read_log(log) if r[0] == event]
+
+
+async def all_events(c: AsyncClient, flow_id: str) -> list[Any]:
+    out: list[Any] = []
     token: str | None = None
     while True:
         page = await c.get_history(flow_id, page_size=1000, page_token=token)
-        for ev in page.events:
-            if ev.type == "StepExecuteCompleted":
-                payload = msgspec.json.decode(ev.payload)
-                out.append(str(payload["context"]["stepExecutionId"]))
+        out.extend(page.events)
         token = page.next_page_token
         if not token:
             return out
+
+
+async def completed_steps(c: AsyncClient, flow_id: str) -> list[str]:
+    """Step execution ids of every committed StepExecuteCompleted event, in order."""
+    return [
+        str(msgspec.json.decode(ev.payload)["context"]["stepExecutionId"])
+        for ev in await all_events(c, flow_id)
+        if ev.type == "StepExecuteCompleted"
+    ]
 
 
 async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
@@ -118,14 +161,12 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
 ) -> None:
     log = tmp_path / "steps.log"
     async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        pids: list[str] = []
         # server A's Worker keeps every Flow that reaches a Hop in flight until A dies
         workers = [Worker(a.address, log, hold=True), Worker(b.address, log)]
-        pids = [str(w.proc.pid) for w in workers]
         try:
             # a server without a registered Worker hands its Flows to the other one
-            await until(
-                lambda: {r[4] for r in read_log(log) if r[0] == "ready"} == set(pids), 30, "ready"
-            )
+            pids = await workers_ready(log, workers)
             async with client(a) as ca, client(b) as cb:
                 ids = [f"relay-{i}" for i in range(50)]
                 await asyncio.gather(
@@ -259,3 +300,91 @@ async def test_a_stream_written_through_one_server_is_read_through_another(
                 assert [m["value"] for m in listed] == ["hello"]
         finally:
             worker.kill()
+
+
+async def test_attribute_locks_hold_across_servers(tmp_path: Path, db_url: str) -> None:
+    log = tmp_path / "locks.log"
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        workers = [Worker(a.address, log), Worker(b.address, log)]
+        try:
+            pids = await workers_ready(log, workers)
+            async with client(a) as ca, client(b) as cb:
+                fid = "guarded-1"
+                await ca.start_flow(GUARDED, fid)
+                # the RPC's commit on A makes the Latch ready there: A's Worker runs it
+                await ca.invoke_rpc(GUARDED.latch, fid, "first")
+                await until(lambda: logged(log, "latch-first"), 20, "the first Latch")
+                # through B, an RPC that needs the lock fails fast
+                with pytest.raises(RpcLockConflictError):
+                    await cb.invoke_rpc(GUARDED.bump, fid)
+                # a Latch that B dispatches waits for the lock A's Latch holds
+                await cb.invoke_rpc(GUARDED.latch, fid, "second")
+                await never(lambda: logged(log, "latch-second"), 1.5, "both held the lock")
+                (gates / "first").touch()
+                await until(lambda: logged(log, "latch-second"), 20, "the second Latch")
+                with pytest.raises(RpcLockConflictError):
+                    await ca.invoke_rpc(GUARDED.bump, fid)
+                (gates / "second").touch()
+                await until(lambda: logged(log, "done-second"), 20, "the second Latch's end")
+
+                async def bumped() -> int | None:
+                    try:
+                        value: int = await ca.invoke_rpc(GUARDED.bump, fid)
+                    except RpcLockConflictError:
+                        return None  # the second Latch's result is still committing
+                    return value
+
+                deadline = time.monotonic() + 20
+                while (value := await bumped()) is None:
+                    assert time.monotonic() < deadline, "the lock was never freed"
+                    await asyncio.sleep(0.05)
+                assert value == 102
+        finally:
+            for w in workers:
+                w.kill()
+    # the premise: the two Latches ran on Workers of different servers
+    assert logged(log, "latch-first")[0][4] == pids[0]
+    assert logged(log, "latch-second")[0][4] == pids[1]
+
+
+async def test_a_transactional_rpc_holds_step_results_committed_by_another_server(
+    tmp_path: Path, db_url: str
+) -> None:
+    log = tmp_path / "tally.log"
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
+        workers = [Worker(a.address, log), Worker(b.address, log)]
+        try:
+            pids = await workers_ready(log, workers)
+            async with client(a) as ca, client(b) as cb:
+                fid = "guarded-2"
+                await ca.start_flow(GUARDED, fid)
+                await ca.invoke_rpc(GUARDED.latch, fid, "step")
+                await until(lambda: logged(log, "latch-step"), 20, "the Latch")
+                # B's transactional RPC has read the Flow and waits at its gate
+                tally = asyncio.create_task(cb.invoke_rpc(GUARDED.tally, fid, "rpc"))
+                await until(lambda: logged(log, "tally-rpc"), 20, "the RPC")
+                # the Latch returns; server A must not commit its result before the RPC's
+                (gates / "step").touch()
+                await until(lambda: logged(log, "done-step"), 20, "the Latch's end")
+
+                async def latch_committed() -> bool:
+                    return any(s.startswith("Latch") for s in await completed_steps(ca, fid))
+
+                await never(latch_committed, 1.5, "a Step result overtook the RPC")
+                (gates / "rpc").touch()
+                assert await tally == 0
+                await until_async(latch_committed, 20, "the Latch's commit")
+                events = [e.type for e in await all_events(ca, fid)]
+                rpc_at = events.index("RpcExecutionCompleted")
+                assert rpc_at < events.index("StepExecuteCompleted"), events
+                # the Latch's write (from its own snapshot) landed after the RPC's
+                assert await ca.invoke_rpc(GUARDED.guard, fid) == 1
+        finally:
+            for w in workers:
+                w.kill()
+    assert logged(log, "latch-step")[0][4] == pids[0]
+    assert logged(log, "tally-rpc")[0][4] == pids[1]

@@ -127,6 +127,8 @@ class Cluster:
             rt._spawn(rt.refresh_specs())
         elif kind == "stream":
             rt.streams.wake(data)
+        elif kind == "unlock":
+            rt.wake_unlock()
 
     # ------------------------------------------------------------------ claims
 

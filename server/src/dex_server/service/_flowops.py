@@ -155,6 +155,7 @@ def close_flow(
     cancel_execs(tx, flow, live, eff)
     tx.executions.delete_run(flow.run_id)
     tx.timers.delete_run(flow.run_id)
+    tx.locks.release_run(flow.run_id)
     flow.status = status  # type: ignore[assignment]
     flow.closed_at = now
     flow.retain_until = now + limits.retention_s

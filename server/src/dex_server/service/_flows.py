@@ -406,6 +406,7 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[str]:
         tx.channels.delete_run(run_id)
         tx.executions.delete_run(run_id)
         tx.timers.delete_run(run_id)
+        tx.locks.release_run(run_id)
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
         tx.flows.delete(run_id)

@@ -5,6 +5,7 @@ import contextlib
 import heapq
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +33,7 @@ from dex_server.dispatch import (
     WorkerConn,
 )
 from dex_server.engine.ids import new_uuid7
-from dex_server.service import _flows, _steps
+from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
     DEFAULT_STREAM_CAPACITY,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("dex_server")
 _TIMER_HORIZON_S = 120.0
+# how often a Step or RPC waiting for another server's lock looks again without a signal
+_LOCK_POLL_S = 0.25
 
 
 class Runtime:
@@ -89,6 +92,7 @@ class Runtime:
         self._loops: list[asyncio.Task[None]] = []
         self._rpc_gates: dict[str, asyncio.Lock] = {}
         self._commit_holds: dict[str, asyncio.Event] = {}
+        self._unlocked = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -170,18 +174,46 @@ class Runtime:
 
     async def build_task(self, env: Envelope) -> Task | None:
         assert env.execution_id is not None
-        run_id, eid, attempt = env.run_id, env.execution_id, env.attempt
+        run_id, eid, attempt, keys = env.run_id, env.execution_id, env.attempt, env.locks
+        # other servers may hold the keys: take them in the store too, with the snapshot
+        holder = _locks.attempt_holder(eid, env.kind, attempt) if keys and self.shared else None
 
-        def job(tx: Tx) -> tuple[Task | None, int]:
+        def job(tx: Tx) -> tuple[Task | None, int, bool]:
             flow = tx.flows.get(run_id)
             e = tx.executions.get(run_id, eid)
             if flow is None or flow.status != "running" or e is None or e.attempt != attempt:
-                return None, 0
-            return build_step_task(tx, flow, e), flow.version
+                return None, 0, True
+            if holder is not None and not _locks.take(tx, run_id, keys, holder):
+                return None, 0, False
+            return build_step_task(tx, flow, e), flow.version, True
 
-        task, version = await self.store.run(job)
+        while True:
+            task, version, taken = await self.store.run(job)
+            if taken or env.cancelled:
+                break
+            await self.await_unlock()
         env.version = version
         return task
+
+    async def await_unlock(self) -> None:
+        """Wait until a lock key may have been freed (a signal, or a short poll interval)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._unlocked.wait(), _LOCK_POLL_S)
+
+    def wake_unlock(self) -> None:
+        self._unlocked.set()
+        self._unlocked = asyncio.Event()
+
+    def _ref(self, env: Envelope, started_at: float) -> AttemptRef:
+        assert env.execution_id is not None and env.kind != "rpc"
+        return AttemptRef(
+            run_id=env.run_id,
+            execution_id=env.execution_id,
+            kind=env.kind,
+            attempt=env.attempt,
+            started_at=started_at,
+            locked=bool(env.locks) and self.shared,
+        )
 
     def attempt_failed(self, inflight: InFlight | Envelope, error: ErrorInfo) -> None:
         if isinstance(inflight, InFlight):
@@ -190,14 +222,7 @@ class Runtime:
             env, hb, started = inflight, None, time.time()
         if env.execution_id is None or env.kind == "rpc":
             return
-        ref = AttemptRef(
-            run_id=env.run_id,
-            execution_id=env.execution_id,
-            kind=env.kind,
-            attempt=env.attempt,
-            started_at=started,
-        )
-        self._spawn(self._commit_failure(env, ref, error, hb))
+        self._spawn(self._commit_failure(env, self._ref(env, started), error, hb))
 
     async def _commit_failure(
         self, env: Envelope, ref: AttemptRef, error: ErrorInfo, hb: msgspec.Raw | None
@@ -248,14 +273,7 @@ class Runtime:
             if env.result is not None and not env.result.done():
                 env.result.set_result(result)
             return
-        assert env.execution_id is not None
-        ref = AttemptRef(
-            run_id=env.run_id,
-            execution_id=env.execution_id,
-            kind=env.kind,
-            attempt=env.attempt,
-            started_at=inflight.dispatched_at,
-        )
+        ref = self._ref(env, inflight.dispatched_at)
         if result.error is not None and inflight.heartbeat_value is not None:
             hb = inflight.heartbeat_value
             self._spawn(self._commit_failure(env, ref, result.error, hb))
@@ -271,10 +289,14 @@ class Runtime:
             return _steps.apply_step_result(tx, self.limits, self.specs, ref, result, time.time())
 
         def done(fut: asyncio.Future[Effects]) -> None:
+            exc = None if fut.cancelled() else fut.exception()
+            if isinstance(exc, _locks.CommitHeldError):
+                # a transactional RPC on another server holds the run: commit after it
+                self._spawn(self._commit_result(env, ref, result))
+                return
             self.dispatcher.finished(env)
             if fut.cancelled():
                 return
-            exc = fut.exception()
             if exc is not None:
                 log.error("committing a Step result failed", exc_info=exc)
                 return
@@ -283,16 +305,21 @@ class Runtime:
         self.store.submit(job).add_done_callback(done)
 
     async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
-        hold = self._commit_holds.get(env.run_id)
-        while hold is not None:
-            await hold.wait()
-            hold = self._commit_holds.get(env.run_id)
         try:
-            eff = await self.store.run(
-                lambda tx: _steps.apply_step_result(
-                    tx, self.limits, self.specs, ref, result, time.time()
-                )
-            )
+            while True:
+                hold = self._commit_holds.get(env.run_id)
+                while hold is not None:
+                    await hold.wait()
+                    hold = self._commit_holds.get(env.run_id)
+                try:
+                    eff = await self.store.run(
+                        lambda tx: _steps.apply_step_result(
+                            tx, self.limits, self.specs, ref, result, time.time()
+                        )
+                    )
+                    break
+                except _locks.CommitHeldError:
+                    await self.await_unlock()
         finally:
             self.dispatcher.finished(env)
         self.apply(eff)
@@ -305,15 +332,7 @@ class Runtime:
             if inflight is not None:
                 conn.send(HeartbeatAck(task_id=task_id, seq=seq))
             return
-        env = inflight.env
-        assert env.execution_id is not None and env.kind != "rpc"
-        ref = AttemptRef(
-            run_id=env.run_id,
-            execution_id=env.execution_id,
-            kind=env.kind,
-            attempt=env.attempt,
-            started_at=inflight.dispatched_at,
-        )
+        ref = self._ref(inflight.env, inflight.dispatched_at)
         ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
         if ok:
             conn.send(HeartbeatAck(task_id=task_id, seq=seq))
@@ -398,17 +417,31 @@ class Runtime:
             heartbeat_timeout_s=None,
             task=task,
         )
+        conflict = ServiceError(
+            ErrorCode.RPC_LOCK_CONFLICT, f"a lock of RPC {req.rpc_name!r} is held", flow_id=flow_id
+        )
         if locks and not self.dispatcher.try_lock_rpc(env):
-            raise ServiceError(
-                ErrorCode.RPC_LOCK_CONFLICT,
-                f"a lock of RPC {req.rpc_name!r} is held",
-                flow_id=flow_id,
-            )
-        gate = self._rpc_gates.setdefault(flow.run_id, asyncio.Lock()) if transactional else None
+            raise conflict
+        run_id = flow.run_id
+        # with several servers the keys and the commit hold are also taken in the store
+        holder = _locks.rpc_holder(uuid.uuid4().hex) if self.shared else None
+        in_store = False
+        gate = self._rpc_gates.setdefault(run_id, asyncio.Lock()) if transactional else None
+        gated = False
         try:
+            if holder is not None and locks:
+                in_store = True
+                if not await self.store.run(
+                    lambda tx: _locks.take_for_rpc(tx, run_id, locks, holder)
+                ):
+                    raise conflict
             if gate is not None:
                 await gate.acquire()
-                self._commit_holds[flow.run_id] = asyncio.Event()
+                gated = True
+                self._commit_holds[run_id] = asyncio.Event()
+                if holder is not None:
+                    in_store = True
+                    await self._hold_commits(run_id, holder, timeout)
                 # snapshot again now that no Step result can commit in between
                 flow, task, transactional, locks, timeout = await self.store.run(
                     lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
@@ -430,7 +463,6 @@ class Runtime:
                         "the Flow is closed; an RPC on a closed Flow must have no effects",
                         flow_id=flow_id,
                     )
-                run_id = flow.run_id
                 eff = await self.store.run(
                     lambda tx: _flows.rpc_commit(
                         tx,
@@ -446,12 +478,43 @@ class Runtime:
                 self.apply(eff)
             return result.rpc_output
         finally:
+            if in_store and holder is not None:
+                await self._release_rpc(run_id, holder)
             self.dispatcher.release_locks(env)
-            if gate is not None:
-                hold = self._commit_holds.pop(flow.run_id, None)
+            if gate is not None and gated:
+                hold = self._commit_holds.pop(run_id, None)
                 if hold is not None:
                     hold.set()
                 gate.release()
+
+    async def _release_rpc(self, run_id: str, holder: str) -> None:
+        try:
+            await self.store.run(lambda tx: _locks.release_rpc(tx, run_id, holder))
+        except Exception:
+            # the keys stay recorded until the store takes the release: keep trying
+            log.warning("freeing the locks of an RPC failed; retrying", exc_info=True)
+            self._spawn(self._release_rpc_later(run_id, holder))
+
+    async def _release_rpc_later(self, run_id: str, holder: str) -> None:
+        delay = 0.1
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.store.run(lambda tx: _locks.release_rpc(tx, run_id, holder))
+                return
+            except Exception:
+                delay = min(delay * 2, 5.0)
+
+    async def _hold_commits(self, run_id: str, holder: str, timeout_s: float) -> None:
+        """Hold the run's Step commits for ``holder``, waiting while another server holds them."""
+        deadline = time.monotonic() + timeout_s
+        while not await self.store.run(lambda tx: _locks.hold_commits(tx, run_id, holder)):
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    ErrorCode.REQUEST_TIMEOUT,
+                    "another server's transactional RPC held the Flow for the whole timeout",
+                )
+            await self.await_unlock()
 
     async def _call_rpc(self, env: Envelope, timeout: float) -> TaskResult:
         if self.shared and not self.dispatcher.serves(env.flow_type):

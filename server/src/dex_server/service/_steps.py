@@ -25,6 +25,7 @@ from dex_server.engine import (
 )
 from dex_server.engine import history as hist
 from dex_server.engine.ids import new_uuid7
+from dex_server.service import _locks
 from dex_server.service._common import Effects, LimitError, Limits, ServiceError, Specs, store_value
 from dex_server.service._flowops import (
     append_history,
@@ -50,6 +51,8 @@ class AttemptRef:
     kind: Literal["wait_for", "execute"]
     attempt: int
     started_at: float
+    locked: bool = False
+    """The attempt holds lock keys in the store (several servers share it)."""
 
 
 def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
@@ -61,6 +64,13 @@ def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
     if e is None or e.attempt != ref.attempt or e.phase != want:
         return None
     return flow, e
+
+
+def _release(tx: Tx, ref: AttemptRef) -> None:
+    if ref.locked:
+        _locks.release(
+            tx, ref.run_id, _locks.attempt_holder(ref.execution_id, ref.kind, ref.attempt)
+        )
 
 
 def _context(e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
@@ -142,6 +152,9 @@ def apply_step_result(
     if loaded is None:
         return eff
     flow, e = loaded
+    if flow.commit_hold is not None:
+        raise _locks.CommitHeldError(flow.commit_hold)
+    _release(tx, ref)
     if result.error is not None:
         fail_attempt(tx, limits, specs, flow, e, ref, result.error, now, eff)
         finish(tx, flow, eff)
@@ -378,6 +391,7 @@ def fail_step_attempt(
     if loaded is None:
         return eff
     flow, e = loaded
+    _release(tx, ref)
     fail_attempt(tx, limits, specs, flow, e, ref, error, now, eff, heartbeat_value)
     finish(tx, flow, eff)
     return eff
@@ -479,6 +493,7 @@ def take_over(tx: Tx, limits: Limits, specs: Specs, now: float, lease_s: float) 
         return Effects()
     keys = tx.claims.claim_from(dead)
     tx.rpc_calls.abandon(dead)
+    _locks.abandon(tx, dead)
     tx.servers.remove(dead)
     return recover_claimed(tx, limits, specs, keys, now)
 

@@ -150,6 +150,30 @@ class RpcCallsStore(Protocol):
         """Dead servers: their claimed calls go back to the pool, their own calls go."""
 
 
+class LocksStore(Protocol):
+    """Attribute lock keys held in the store, so that several servers see each other's.
+
+    Callers hold the run's row lock (``flows.get`` in a writing transaction) while they
+    look and take, so two takers of one run serialise.
+    """
+
+    def held(self, run_id: str, keys: Sequence[str], holder: str) -> list[tuple[str, str]]:
+        """``(key, holder)`` of each of ``keys`` held by someone other than ``holder``."""
+
+    def take(self, run_id: str, keys: Sequence[str], holder: str) -> None:
+        """Record ``holder`` (on this server) as holding ``keys`` (free or its own)."""
+
+    def drop(self, run_id: str, key: str) -> None:
+        """Free one key whatever holds it (its holder is gone)."""
+
+    def release(self, run_id: str, holder: str) -> int:
+        """Free every key ``holder`` holds; how many."""
+
+    def release_run(self, run_id: str) -> None: ...
+    def abandon(self, server_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Free what dead servers held; the freed ``(run_id, key, holder)``."""
+
+
 StreamRow = tuple[int, float, str, bytes]  # (seq, created_at, source, value)
 
 
@@ -180,6 +204,7 @@ class Tx:
     servers: ServersStore
     signals: SignalsStore
     rpc_calls: RpcCallsStore
+    locks: LocksStore
     streams: StreamsStore
 
 

@@ -41,6 +41,8 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     state_bytes: int = 0
     version: int = 0
     wait_seq: int = 0
+    # the transactional RPC (on any server) whose snapshot Step results must not overtake
+    commit_hold: str | None = None
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):

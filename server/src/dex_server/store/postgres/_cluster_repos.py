@@ -92,6 +92,45 @@ class PgSignals(_Repo):
         self.c.execute("SELECT pg_notify('dex', %s)", (f"{self.me}|{kind}|{data}",))
 
 
+class PgLocks(_Repo):
+    def held(self, run_id: str, keys: Sequence[str], holder: str) -> list[tuple[str, str]]:
+        rows = self.rows(
+            "SELECT lock_key, holder FROM attribute_locks WHERE run_id=%s AND"
+            " lock_key = ANY(%s) AND holder<>%s",
+            (run_id, list(keys), holder),
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def take(self, run_id: str, keys: Sequence[str], holder: str) -> None:
+        self.run(
+            "INSERT INTO attribute_locks (run_id, lock_key, holder, server_id) SELECT %s, k,"
+            " %s, %s FROM unnest(%s::text[]) AS k ON CONFLICT (run_id, lock_key) DO UPDATE"
+            " SET holder=excluded.holder, server_id=excluded.server_id",
+            (run_id, holder, self.me, list(keys)),
+        )
+
+    def drop(self, run_id: str, key: str) -> None:
+        self.run("DELETE FROM attribute_locks WHERE run_id=%s AND lock_key=%s", (run_id, key))
+
+    def release(self, run_id: str, holder: str) -> int:
+        rows = self.rows(
+            "DELETE FROM attribute_locks WHERE run_id=%s AND holder=%s RETURNING 1",
+            (run_id, holder),
+        )
+        return len(rows)
+
+    def release_run(self, run_id: str) -> None:
+        self.run("DELETE FROM attribute_locks WHERE run_id=%s", (run_id,))
+
+    def abandon(self, server_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        rows = self.rows(
+            "DELETE FROM attribute_locks WHERE server_id = ANY(%s)"
+            " RETURNING run_id, lock_key, holder",
+            (list(server_ids),),
+        )
+        return sorted((str(r[0]), str(r[1]), str(r[2])) for r in rows)
+
+
 class PgRpcCalls(_Repo):
     def add(
         self, call_id: str, flow_type: str, timeout_s: float, request: bytes, now: float

@@ -18,6 +18,7 @@ from dex_server.store._contract import StoreUnavailableError, Tx
 from dex_server.store._migrations import apply_migrations, statements, verify_schema
 from dex_server.store.postgres._cluster_repos import (
     PgClaims,
+    PgLocks,
     PgRpcCalls,
     PgServers,
     PgSignals,
@@ -93,6 +94,7 @@ def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
         servers=PgServers(conn, **kw),
         signals=PgSignals(conn, **kw),
         rpc_calls=PgRpcCalls(conn, **kw),
+        locks=PgLocks(conn, **kw),
         streams=PgStreams(conn, **kw),
     )
 

@@ -152,6 +152,52 @@ class SqliteRpcCalls:
             )
 
 
+class SqliteLocks:
+    """One server per file keeps its locks in memory; kept so every store has the contract."""
+
+    def __init__(self, conn: sqlite3.Connection, server_id: str) -> None:
+        self.c = conn
+        self.me = server_id
+
+    def held(self, run_id: str, keys: Sequence[str], holder: str) -> list[tuple[str, str]]:
+        rows = self.c.execute(
+            "SELECT lock_key, holder FROM attribute_locks WHERE run_id=? AND"
+            f" lock_key IN ({_marks(len(keys))}) AND holder<>?",
+            (run_id, *keys, holder),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def take(self, run_id: str, keys: Sequence[str], holder: str) -> None:
+        self.c.executemany(
+            "INSERT INTO attribute_locks (run_id, lock_key, holder, server_id) VALUES"
+            " (?,?,?,?) ON CONFLICT (run_id, lock_key) DO UPDATE SET holder=excluded.holder,"
+            " server_id=excluded.server_id",
+            [(run_id, k, holder, self.me) for k in keys],
+        )
+
+    def drop(self, run_id: str, key: str) -> None:
+        self.c.execute("DELETE FROM attribute_locks WHERE run_id=? AND lock_key=?", (run_id, key))
+
+    def release(self, run_id: str, holder: str) -> int:
+        cur = self.c.execute(
+            "DELETE FROM attribute_locks WHERE run_id=? AND holder=?", (run_id, holder)
+        )
+        return cur.rowcount
+
+    def release_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM attribute_locks WHERE run_id=?", (run_id,))
+
+    def abandon(self, server_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
+        for sid in server_ids:
+            rows = self.c.execute(
+                "DELETE FROM attribute_locks WHERE server_id=? RETURNING run_id, lock_key, holder",
+                (sid,),
+            ).fetchall()
+            out.extend((r[0], r[1], r[2]) for r in rows)
+        return sorted(out)
+
+
 class SqliteStreams:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn

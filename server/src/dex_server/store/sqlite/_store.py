@@ -15,6 +15,7 @@ from dex_server.store._migrations import apply_migrations as run_migrations
 from dex_server.store._migrations import statements, verify_schema
 from dex_server.store.sqlite._cluster_repos import (
     SqliteClaims,
+    SqliteLocks,
     SqliteRpcCalls,
     SqliteServers,
     SqliteSignals,
@@ -359,5 +360,6 @@ def _repos(conn: sqlite3.Connection, server_id: str) -> Tx:
         servers=SqliteServers(conn, server_id),
         signals=SqliteSignals(),
         rpc_calls=SqliteRpcCalls(conn, server_id),
+        locks=SqliteLocks(conn, server_id),
         streams=SqliteStreams(conn),
     )
