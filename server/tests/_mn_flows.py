@@ -205,13 +205,34 @@ class Guarded(Flow[None]):
         return GUARD.get(context) or 0
 
 
+class Vouch(Step[str]):
+    """Records a durable start once the gate named by its input opens."""
+
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        assert isinstance(ctx, AsyncContext)
+        log("vouch", ctx)
+        await _gate(input)
+        await ctx.heartbeat(durable=True)
+        log("vouched", ctx)
+        return StepDecision.graceful_complete(input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=RetryPolicy(maximum_attempts=1))
+
+
+class Vouched(Flow[str]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Vouch())
+
+
 RELAY = Relay()
+VOUCHED = Vouched()
 GUARDED = Guarded()
 BELL_FLOW = Bell()
 
 
 def registry() -> dex.Registry:
-    return dex.Registry([RELAY, BELL_FLOW, GUARDED], allow_async_handlers=True)
+    return dex.Registry([RELAY, BELL_FLOW, GUARDED, VOUCHED], allow_async_handlers=True)
 
 
 async def _main(address: str) -> None:

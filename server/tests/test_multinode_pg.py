@@ -21,7 +21,7 @@ import pytest
 from dex import AsyncClient, ClientOptions, FlowStatus, RpcLockConflictError
 from dex_server.testing import RunningServer, create_test_database, drop_test_database
 
-from tests._mn_flows import BELL_FLOW, GUARDED, HOPS, RELAY, registry
+from tests._mn_flows import BELL_FLOW, GUARDED, HOPS, RELAY, VOUCHED, registry
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
 
@@ -274,6 +274,34 @@ async def test_killed_database_connections_lose_nothing(tmp_path: Path, db_url: 
         finally:
             for w in workers:
                 w.kill()
+
+
+async def test_a_durable_start_is_acknowledged_after_the_database_connection_dies(
+    tmp_path: Path, db_url: str
+) -> None:
+    log = tmp_path / "vouch.log"
+    (tmp_path / "gates").mkdir()
+    async with cluster(tmp_path, db_url, 1, fsync=False) as (a,):
+        worker = Worker(a.address, log)
+        try:
+            await workers_ready(log, [worker])
+            async with client(a) as ca:
+                await ca.start_flow(VOUCHED, "vouch-1", "go")
+                await until(lambda: logged(log, "vouch"), 20, "the Step")
+                with psycopg.connect(db_url, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE"
+                        " datname=current_database() AND application_name='dex-server'"
+                    )
+                # the durable start is the first write on the dead connection: it fails,
+                # and the server must record it again rather than leave the Worker waiting
+                (tmp_path / "gates" / "go").touch()
+                await until(lambda: logged(log, "vouched"), 20, "the acknowledgement")
+                result = await ca.wait_for_flow("vouch-1", 30)
+            assert result.status is FlowStatus.COMPLETED
+            assert result.single_output(str) == "go"
+        finally:
+            worker.kill()
 
 
 async def test_a_stream_written_through_one_server_is_read_through_another(

@@ -45,7 +45,7 @@ from dex_server.service._common import (
 from dex_server.service._steps import AttemptRef
 from dex_server.service._streams import StoreStreams
 from dex_server.service._tasks import build_step_task
-from dex_server.store import Tx, create_store
+from dex_server.store import StoreUnavailableError, Tx, create_store
 
 if TYPE_CHECKING:
     from dex_server.app import ServerConfig
@@ -333,7 +333,18 @@ class Runtime:
                 conn.send(HeartbeatAck(task_id=task_id, seq=seq))
             return
         ref = self._ref(inflight.env, inflight.dispatched_at)
-        ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
+        delay = 0.05
+        while True:
+            try:
+                ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
+                break
+            except StoreUnavailableError:
+                # the Worker waits for this acknowledgement: keep trying while the attempt
+                # is ours (recording the start twice is harmless)
+                if conn.closed or conn.tasks.get(task_id) is not inflight:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
         if ok:
             conn.send(HeartbeatAck(task_id=task_id, seq=seq))
 
