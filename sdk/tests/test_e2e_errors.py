@@ -23,6 +23,7 @@ from dex._protocol import (
 )
 from dex._spec import flow_spec
 from dex.errors import (
+    BadRequestError,
     FlowAlreadyStartedError,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
@@ -113,6 +114,29 @@ async def test_oversized_payload_is_rejected_and_nothing_is_created(stack: Stack
         await stack.client.start_flow(error_flows.KEEPER, flow_id, "x" * (MAX_VALUE_BYTES * 2))
     assert str(MAX_VALUE_BYTES) in f"{raised.value} {raised.value.detail}"
     await _absent(stack, flow_id)
+
+
+async def test_malformed_page_token_is_a_bad_request_like_history(stack: Stack) -> None:
+    started = [unique_id(f"paged-{n}") for n in range(3)]
+    for flow_id in started:
+        await stack.client.start_flow(rpc_flows.RPC_FLOW, flow_id)
+    first = await stack.client.list_flows(page_size=2)
+    assert len(first.flows) == 2 and first.next_page_token
+    second = await stack.client.list_flows(page_size=2, page_token=first.next_page_token)
+    assert second.flows and second.flows[0].run_id < first.flows[-1].run_id
+
+    with pytest.raises(BadRequestError) as listed:
+        await stack.client.list_flows(page_token="not-a-token")
+    assert listed.value.code == "BAD_REQUEST"
+    assert "bad page_token 'not-a-token'" in str(listed.value)
+    with pytest.raises(BadRequestError) as paged:
+        await stack.client.get_history(first.flows[0].flow_id, page_token="not-a-token")
+    assert type(listed.value) is type(paged.value)
+    for bad in (first.next_page_token.upper(), first.next_page_token + "0", "2024"):
+        with pytest.raises(BadRequestError):
+            await stack.client.list_flows(page_token=bad)
+    for flow_id in started:
+        await stack.client.stop_flow(flow_id)
 
 
 async def test_malformed_json_to_the_api(stack: Stack) -> None:

@@ -137,6 +137,34 @@ async def test_bad_input(tmp_path: Path) -> None:
         assert r.status_code == 413 and "max_value_bytes" in r.json()["message"]
 
 
+async def test_malformed_page_tokens_are_bad_requests(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        for fid in ("p1", "p2", "p3"):
+            assert (await http.post("/v1/flows", content=start_body(fid))).status_code == 200
+        first = (await http.get("/v1/flows", params={"page_size": 2})).json()
+        assert [f["flow_id"] for f in first["flows"]] == ["p3", "p2"]
+        rest = (
+            await http.get(
+                "/v1/flows", params={"page_size": 2, "page_token": first["next_page_token"]}
+            )
+        ).json()
+        assert [f["flow_id"] for f in rest["flows"]] == ["p1"]
+        assert rest.get("next_page_token") is None
+
+        token = first["next_page_token"]
+        for bad in ("nope", "123", token.upper(), token + "0", token[:-1], "p1"):
+            r = await http.get("/v1/flows", params={"page_token": bad})
+            assert r.status_code == 400, bad
+            assert r.json()["code"] == "BAD_REQUEST"
+            assert r.json()["message"] == f"bad page_token {bad!r}"
+        r = await http.get("/v1/flows/p1/history", params={"page_token": "nope"})
+        assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
+        assert "bad page_token" in r.json()["message"]
+
+
 async def test_auth(tmp_path: Path) -> None:
     async with (
         running_server(tmp_path, token="s3cret") as srv,

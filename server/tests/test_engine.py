@@ -20,6 +20,7 @@ from dex_server.engine import (
     resolve_timers,
     retry_delay,
 )
+from dex_server.engine.ids import is_uuid7, new_uuid7
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -161,3 +162,10 @@ def test_close_decisions() -> None:
         DecisionSpec(kind="dead_end"), current=CUR, live=[], step_types=frozenset("A"), counters={}
     )
     assert not d.graceful and d.close is None and not d.new
+
+
+def test_run_ids_are_uuid7_and_nothing_else_is() -> None:
+    ids = [new_uuid7() for _ in range(1000)] + [new_uuid7(now_ms=0)]
+    assert all(is_uuid7(i) for i in ids)
+    for bad in ["", "x", "abc", ids[0].upper(), ids[0][:-1], ids[0] + "0", f" {ids[0]}", "0" * 32]:
+        assert not is_uuid7(bad), bad

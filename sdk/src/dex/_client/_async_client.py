@@ -220,7 +220,20 @@ class AsyncClient:
         page_size: int = 100,
         page_token: str | None = None,
     ) -> FlowListPage:
-        """List Flows newest first, optionally filtered by type and status; one page."""
+        """List Flows newest first, optionally filtered by type and status; one page.
+
+        Args:
+            flow_type: only Flows of this type (None: every type).
+            status: only Flows in this status (None: any status).
+            page_size: at most this many Flows (default 100; the server caps it at 1000).
+            page_token: the ``next_page_token`` of the previous page (None: the first page).
+
+        Raises:
+            BadRequestError: ``page_token`` is not a token the server returned, or
+                ``page_size`` is not a positive integer.
+            ValueError: ``status`` is not a ``FlowStatus`` value.
+
+        """
         params = {"page_size": str(page_size)}
         if flow_type:
             params["flow_type"] = flow_type
@@ -245,6 +258,7 @@ class AsyncClient:
 
         Raises:
             FlowNotFoundError: no such Flow or run.
+            BadRequestError: ``page_token`` is not a token the server returned.
 
         """
         params = {"page_size": str(page_size)}
