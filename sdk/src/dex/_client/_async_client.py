@@ -70,7 +70,9 @@ class AsyncClient:
     it across event loops or threads (use the sync ``Client`` from threads).
 
     Every server error is raised as the ``dex.errors`` class of its code; an unreachable
-    server raises ``ServiceUnavailableError``.
+    server raises ``ServiceUnavailableError``. A ``flow_id`` no Flow can have is refused
+    before anything is sent: an empty one with ``BadRequestError``, one longer than
+    ``MAX_FLOW_ID_BYTES`` (1,024 UTF-8 bytes) with ``LimitExceededError``.
 
     """
 
@@ -117,17 +119,20 @@ class AsyncClient:
 
         Args:
             flow: the registered Flow instance.
-            flow_id: the business ID of the execution.
+            flow_id: the business ID of the execution: non-empty, at most 1,024 UTF-8 bytes.
             input: the start Step's input (must match its declared type; None when the
                 Flow has no start Step).
             options: ID reuse policy, idempotency, start delay, initial Attributes.
 
         Raises:
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
+            BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
-            LimitExceededError: a value or the request is too large.
+            LimitExceededError: ``flow_id`` is longer than 1,024 UTF-8 bytes (raised before
+                any request), or a value or the request is too large.
 
         """
+        _defs.check_flow_id(flow_id)
         spec = _defs.flow_spec(self.registry, flow)
         encoded = _defs.encode_start_input(self.registry, flow, input)
         request = StartFlowRequest(

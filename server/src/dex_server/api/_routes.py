@@ -224,6 +224,7 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
 
     async def stream_write(request: Request) -> Response:
         ft, st, fid = _stream_key(request)
+        runtime.limits.check_flow_id(fid)
         req = await _body(request, StreamWriteRequest, limit)
         if not req.source:
             raise ServiceError(ErrorCode.BAD_REQUEST, "a Stream write needs a non-empty source")
