@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -14,6 +15,7 @@ import pytest_asyncio
 from dex import FlowStatus
 from dex._codec import codec_for
 from dex._protocol import (
+    MAX_FLOW_ID_BYTES,
     ApiError,
     InvokeRpcRequest,
     Register,
@@ -23,6 +25,7 @@ from dex._protocol import (
 )
 from dex._spec import flow_spec
 from dex.errors import (
+    BadRequestError,
     FlowAlreadyStartedError,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
@@ -113,6 +116,62 @@ async def test_oversized_payload_is_rejected_and_nothing_is_created(stack: Stack
         await stack.client.start_flow(error_flows.KEEPER, flow_id, "x" * (MAX_VALUE_BYTES * 2))
     assert str(MAX_VALUE_BYTES) in f"{raised.value} {raised.value.detail}"
     await _absent(stack, flow_id)
+
+
+async def test_malformed_page_token_is_a_bad_request_like_history(stack: Stack) -> None:
+    started = [unique_id(f"paged-{n}") for n in range(3)]
+    for flow_id in started:
+        await stack.client.start_flow(rpc_flows.RPC_FLOW, flow_id)
+    first = await stack.client.list_flows(page_size=2)
+    assert len(first.flows) == 2 and first.next_page_token
+    second = await stack.client.list_flows(page_size=2, page_token=first.next_page_token)
+    assert second.flows and second.flows[0].run_id < first.flows[-1].run_id
+
+    with pytest.raises(BadRequestError) as listed:
+        await stack.client.list_flows(page_token="not-a-token")
+    assert listed.value.code == "BAD_REQUEST"
+    assert "bad page_token 'not-a-token'" in str(listed.value)
+    with pytest.raises(BadRequestError) as paged:
+        await stack.client.get_history(first.flows[0].flow_id, page_token="not-a-token")
+    assert type(listed.value) is type(paged.value)
+    for bad in (first.next_page_token.upper(), first.next_page_token + "0", "2024"):
+        with pytest.raises(BadRequestError):
+            await stack.client.list_flows(page_token=bad)
+    for flow_id in started:
+        await stack.client.stop_flow(flow_id)
+
+
+async def test_flow_id_over_the_limit_is_rejected_and_nothing_is_created(stack: Stack) -> None:
+    prefix = unique_id("long")
+    longest = prefix + "é" * ((1024 - len(prefix)) // 2) + "x" * ((1024 - len(prefix)) % 2)
+    assert len(longest.encode()) == MAX_FLOW_ID_BYTES == 1024
+    too_long = longest + "x"
+
+    # the SDK refuses it before sending anything ...
+    with pytest.raises(LimitExceededError) as raised:
+        await stack.client.start_flow(error_flows.KEEPER, too_long, "v")
+    assert "over the limit max_flow_id_bytes=1024" in str(raised.value)
+    # ... and the server refuses it from any client, storing nothing
+    request = StartFlowRequest(
+        flow_type="Keeper",
+        flow_id=too_long,
+        spec=flow_spec(error_flows.KEEPER),
+        input=msgspec.Raw(b'"v"'),
+    )
+    async with httpx.AsyncClient(base_url=stack.server.url) as http:
+        response = await http.post("/v1/flows", content=msgspec.json.encode(request))
+        assert response.status_code == 413, response.text
+        error = _api_error(response)
+        assert error.code == "LIMIT_EXCEEDED"
+        assert error.message == "flow_id is 1025 bytes, over the limit max_flow_id_bytes=1024"
+        assert (await http.get(f"/v1/flows/{quote(too_long, safe='')}")).status_code == 404
+
+    # the longest accepted ID runs through server and Worker like any other
+    await stack.client.start_flow(error_flows.KEEPER, longest, "v")
+    result = await stack.client.wait_for_flow(longest, timeout=20)
+    assert result.single_output(int) == 1
+    listed = [f.flow_id for f in (await stack.client.list_flows(flow_type="Keeper")).flows]
+    assert longest in listed and too_long not in listed
 
 
 async def test_malformed_json_to_the_api(stack: Stack) -> None:

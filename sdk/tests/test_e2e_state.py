@@ -11,9 +11,17 @@ from dex import FlowStatus, StartFlowOptions
 from dex.errors import LongPollTimeoutError
 
 from tests.e2e_flows import state_flows
-from tests.e2e_flows.harness import Stack, e2e_stack, unique_id, wait_for_phase
+from tests.e2e_flows.harness import (
+    Stack,
+    e2e_stack,
+    history,
+    payload,
+    unique_id,
+    wait_for_phase,
+)
 from tests.e2e_flows.state_flows import (
     CHANNEL_FLOW,
+    ITEMS,
     OWNER,
     BoxMessage,
     Collected,
@@ -59,6 +67,32 @@ async def test_attributes_and_attribute_maps_with_load_selections(stack: Stack) 
         "unloaded_c": "'not-loaded'",
         "counter_final": "6",
     }
+
+
+async def test_initial_map_instances_with_slash_keys_round_trip(stack: Stack) -> None:
+    # with_attribute_map takes every key AttributeMap takes, "/" included: the key is
+    # URL-quoted in the physical name, so it cannot be confused with the separator.
+    flow_id = unique_id("slash-keys")
+    options = (
+        StartFlowOptions()
+        .with_attribute_map(ITEMS, "dir/file", "initial")
+        .with_attribute_map(ITEMS, "/", "root")
+    )
+    await stack.client.start_flow(state_flows.ATTRIBUTE_FLOW, flow_id, 1, options)
+    result = await stack.client.wait_for_flow(flow_id, timeout=20)
+    assert result.status is FlowStatus.COMPLETED, result
+
+    view: StateView = await stack.client.invoke_rpc(state_flows.ATTRIBUTE_FLOW.view, flow_id)
+    assert view.items == {
+        "/": "root",
+        "a": "ay",
+        "c": "sea",
+        "dir/file": "initial",
+        "k 1?x": "slash",
+    }
+    assert view.report["keys"] == "['/', 'a', 'b', 'c', 'dir/file', 'k 1?x']"
+    started = (await history(stack.client, flow_id))[0]
+    assert set(payload(started)["initialAttributes"]) == {"items/dir%2Ffile", "items/%2F"}
 
 
 async def test_rpc_reading_an_unloaded_map_instance_raises_not_loaded(stack: Stack) -> None:

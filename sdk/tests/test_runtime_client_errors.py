@@ -16,7 +16,8 @@ from dex import (
     RPCInvokeOptions,
     StartFlowOptions,
 )
-from dex._protocol import HTTP_STATUS, ApiError, ErrorCode
+from dex._client import _defs
+from dex._protocol import HTTP_STATUS, MAX_FLOW_ID_BYTES, ApiError, ErrorCode
 from dex._transport import HttpTransport, http_base_url, ws_url
 from dex.errors import (
     BadRequestError,
@@ -31,6 +32,8 @@ from dex.errors import (
     UnauthenticatedError,
     WorkerInvocationError,
 )
+
+from .test_unit_definitions import make_flow
 
 
 def _transport(handler: httpx.MockTransport) -> HttpTransport:
@@ -165,6 +168,45 @@ async def test_an_empty_flow_id_is_a_bad_request_before_any_request() -> None:
         assert info.value.code == ErrorCode.BAD_REQUEST
     assert requests == []
     await client.close()
+
+
+async def test_a_flow_id_over_the_limit_is_refused_before_any_request() -> None:
+    requests: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(500)
+
+    flow = make_flow(name="Tiny")
+    client = AsyncClient(Registry([flow]))
+    client._http = _transport(httpx.MockTransport(record))
+    too_long = "é" * 513  # 513 characters, 1026 UTF-8 bytes
+    calls = [
+        client.start_flow(flow, too_long),
+        client.describe_flow(too_long),
+        client.stop_flow(too_long),
+        client.wait_for_flow(too_long, timeout=1.0),
+        client.get_history(too_long),
+        client.get_flow_state(too_long),
+    ]
+    for call in calls:
+        with pytest.raises(LimitExceededError) as info:
+            await call
+        assert str(info.value) == "flow_id is 1026 bytes, over the limit max_flow_id_bytes=1024"
+        assert info.value.code == ErrorCode.LIMIT_EXCEEDED
+    with pytest.raises(BadRequestError, match="flow_id must not be empty"):
+        await client.start_flow(flow, "")
+    assert requests == []
+    await client.close()
+
+
+def test_flow_id_check_accepts_up_to_the_limit_in_utf8_bytes() -> None:
+    assert MAX_FLOW_ID_BYTES == 1024
+    assert _defs.check_flow_id("x" * 1024) == "x" * 1024
+    assert _defs.check_flow_id("é" * 512) == "é" * 512
+    with pytest.raises(LimitExceededError, match="flow_id is 1025 bytes"):
+        _defs.check_flow_id("x" * 1025)
+    assert _defs.flow_segment("a/b c") == "a%2Fb%20c"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,13 +13,18 @@ from dex import (
     ChannelMessage,
     ChannelMessagesNotLoadedError,
     Context,
+    DexError,
     FlowDefinitionError,
+    InvalidMapKeyError,
+    Registry,
+    StartFlowOptions,
     ValueMappingError,
 )
+from dex._client._defs import encode_initial_attributes
 from dex._context import _Invocation
 from dex._protocol import ChannelMessageWire, Task
 from dex._registry import compile_flow
-from dex._state._common import instance_name
+from dex._state._common import instance_key, instance_name
 
 from .test_unit_definitions import make_flow
 from .unit_support import raw, task
@@ -81,6 +87,36 @@ def test_attribute_map_loading_rules() -> None:
     Docs.set(ctx, "other", "y")  # writing needs no load, and makes it readable
     assert Docs.get(ctx, "other") == "y"
     assert Docs.lock(key).physical == physical and Docs.load(key).physical == physical
+
+
+@pytest.mark.parametrize("key", ["a/b", "/", "x/y/z", "%2F", "é ü", "a" * 300])
+def test_start_options_take_every_key_the_attribute_map_takes(key: str) -> None:
+    ctx, inv = ctx_for(task())
+    Docs.set(ctx, key, "v")
+    options = StartFlowOptions().with_attribute_map(Docs, key, "v")
+    ((physical, value),) = encode_initial_attributes(Registry([]), options.initial_attributes)
+    assert inv.writes == {physical: bytes(value)}
+    assert physical.count("/") == 1 and instance_key(physical) == key
+
+
+@pytest.mark.parametrize("key", ["", None, 7])
+def test_start_options_and_maps_refuse_the_same_keys_with_one_error(key: Any) -> None:
+    ctx, inv = ctx_for(task())
+    message = r"map key of '(Docs|Replies)' must be a non-empty string"
+    attempts: list[Callable[[], object]] = [
+        lambda: StartFlowOptions().with_attribute_map(Docs, key, "v"),
+        lambda: Docs.set(ctx, key, "v"),
+        lambda: Docs.delete(ctx, key),
+        lambda: Docs.get(ctx, key),
+        lambda: Docs.lock(key),
+        lambda: Docs.load(key),
+        lambda: Replies.publish(ctx, key, "v"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidMapKeyError, match=message) as info:
+            attempt()
+        assert isinstance(info.value, DexError) and isinstance(info.value, ValueError)
+    assert inv.writes == {} and inv.publishes == []
 
 
 def test_attribute_map_whole_load_lists_sorted_keys() -> None:

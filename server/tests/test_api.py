@@ -21,6 +21,7 @@ from dex._protocol import (
     StateDecl,
     StepOptionsSpec,
     StepSpec,
+    StreamWriteRequest,
     Task,
     TaskResult,
     WaitSpec,
@@ -135,6 +136,70 @@ async def test_bad_input(tmp_path: Path) -> None:
         )
         r = await http.post("/v1/flows", content=big)
         assert r.status_code == 413 and "max_value_bytes" in r.json()["message"]
+
+
+async def test_malformed_page_tokens_are_bad_requests(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        for fid in ("p1", "p2", "p3"):
+            assert (await http.post("/v1/flows", content=start_body(fid))).status_code == 200
+        first = (await http.get("/v1/flows", params={"page_size": 2})).json()
+        assert [f["flow_id"] for f in first["flows"]] == ["p3", "p2"]
+        rest = (
+            await http.get(
+                "/v1/flows", params={"page_size": 2, "page_token": first["next_page_token"]}
+            )
+        ).json()
+        assert [f["flow_id"] for f in rest["flows"]] == ["p1"]
+        assert rest.get("next_page_token") is None
+
+        token = first["next_page_token"]
+        for bad in ("nope", "123", token.upper(), token + "0", token[:-1], "p1"):
+            r = await http.get("/v1/flows", params={"page_token": bad})
+            assert r.status_code == 400, bad
+            assert r.json()["code"] == "BAD_REQUEST"
+            assert r.json()["message"] == f"bad page_token {bad!r}"
+        r = await http.get("/v1/flows/p1/history", params={"page_token": "nope"})
+        assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
+        assert "bad page_token" in r.json()["message"]
+
+
+TALKER = FlowSpec(flow_type="Talker", state=[StateDecl(name="out", kind="stream")])
+
+
+async def test_flow_id_over_the_limit_is_rejected_and_stores_nothing(tmp_path: Path) -> None:
+    longest = "é" * 512  # 1024 UTF-8 bytes
+    too_long = longest + "x"
+    async with (
+        running_server(tmp_path) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        r = await http.post("/v1/flows", content=start_body(too_long))
+        assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED"
+        assert r.json()["message"] == "flow_id is 1025 bytes, over the limit max_flow_id_bytes=1024"
+        r = await http.post("/v1/flows", content=start_body(too_long, TALKER))
+        assert r.status_code == 413
+        # nothing was written: no Flow, and not even the new Flow type's spec
+        assert (await http.get("/v1/flows")).json()["flows"] == []
+        assert (await http.get(f"/v1/flows/{too_long}")).status_code == 404
+        r = await http.get("/v1/streams/Talker/out/x")
+        assert r.json()["code"] == "UNKNOWN_FLOW_TYPE"
+
+        assert (
+            await http.post("/v1/flows", content=start_body(longest, TALKER))
+        ).status_code == 200
+        listed = (await http.get("/v1/flows")).json()["flows"]
+        assert [f["flow_id"] for f in listed] == [longest]
+
+        write = encoder.encode(StreamWriteRequest(value=raw("hi"), source="test"))
+        r = await http.post(f"/v1/streams/Talker/out/{too_long}", content=write)
+        assert r.status_code == 413 and "max_flow_id_bytes=1024" in r.json()["message"]
+        assert (await http.get(f"/v1/streams/Talker/out/{too_long}")).json()["messages"] == []
+        r = await http.post(f"/v1/streams/Talker/out/{longest}", content=write)
+        assert r.status_code == 200
+        assert len((await http.get(f"/v1/streams/Talker/out/{longest}")).json()["messages"]) == 1
 
 
 async def test_auth(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 from dex._protocol import (
+    MAX_FLOW_ID_BYTES,
     ConditionSpec,
     DecisionSpec,
+    ErrorCode,
     ErrorInfo,
     Movement,
     RetryPolicySpec,
@@ -20,6 +22,8 @@ from dex_server.engine import (
     resolve_timers,
     retry_delay,
 )
+from dex_server.engine.ids import is_uuid7, new_uuid7
+from dex_server.service._common import LimitError, Limits, ServiceError
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -161,3 +165,30 @@ def test_close_decisions() -> None:
         DecisionSpec(kind="dead_end"), current=CUR, live=[], step_types=frozenset("A"), counters={}
     )
     assert not d.graceful and d.close is None and not d.new
+
+
+def test_run_ids_are_uuid7_and_nothing_else_is() -> None:
+    ids = [new_uuid7() for _ in range(1000)] + [new_uuid7(now_ms=0)]
+    assert all(is_uuid7(i) for i in ids)
+    for bad in ["", "x", "abc", ids[0].upper(), ids[0][:-1], ids[0] + "0", f" {ids[0]}", "0" * 32]:
+        assert not is_uuid7(bad), bad
+
+
+def test_flow_id_limit_counts_utf8_bytes_and_names_the_limit() -> None:
+    limits = Limits(
+        blob_threshold_bytes=2048,
+        max_value_bytes=1024,
+        max_flow_state_bytes=4096,
+        max_request_bytes=8192,
+        retention_s=60.0,
+    )
+    assert limits.max_flow_id_bytes == MAX_FLOW_ID_BYTES == 1024
+    limits.check_flow_id("f" * 1024)
+    limits.check_flow_id("é" * 512)  # 512 characters, 1024 bytes
+    with pytest.raises(
+        LimitError, match=r"flow_id is 1026 bytes, over the limit max_flow_id_bytes=1024"
+    ):
+        limits.check_flow_id("é" * 513)  # 513 characters, but 1026 bytes
+    with pytest.raises(ServiceError, match="flow_id must not be empty") as empty:
+        limits.check_flow_id("")
+    assert empty.value.code == ErrorCode.BAD_REQUEST

@@ -26,6 +26,10 @@ from msgspec import Raw, Struct
 
 PROTOCOL_VERSION = 1
 
+MAX_FLOW_ID_BYTES = 1024
+"""Longest accepted Flow ID, in UTF-8 bytes. Fixed, so a client can refuse a longer one
+before it sends anything; a server rejects it with ``LIMIT_EXCEEDED``."""
+
 # msgspec cannot decode ``Raw`` inside a union (``Raw | None`` rejects every non-null
 # value). Optional raw fields are therefore declared as ``Raw`` for msgspec with a
 # ``None`` default: an absent field decodes to None, a present one (even ``null``) to Raw.

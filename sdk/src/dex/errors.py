@@ -7,6 +7,7 @@ The tree::
     ├── ValueMappingError            a value does not match its declared type
     ├── InvalidStepResultError       a handler returned something that is not a Wait/decision
     ├── AttributeMapNotLoadedError   reading a map instance the method did not load
+    ├── InvalidMapKeyError           a map instance key is not a non-empty string (a ValueError)
     ├── ChannelMessagesNotLoadedError
     └── DexServiceError              the server answered with an error (has .code)
         ├── FlowAlreadyStartedError
@@ -52,6 +53,14 @@ class InvalidStepResultError(DexError):
 
 class AttributeMapNotLoadedError(DexError):
     """An AttributeMap instance was read by a method or RPC that did not load it."""
+
+
+class InvalidMapKeyError(DexError, ValueError):
+    """An AttributeMap or ChannelMap instance key is not a non-empty string.
+
+    Any non-empty string is a valid key, ``/`` included. Also a ``ValueError``, so code
+    that validates its input with ``except ValueError`` catches it.
+    """
 
 
 class ChannelMessagesNotLoadedError(DexError):

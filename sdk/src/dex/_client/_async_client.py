@@ -70,7 +70,9 @@ class AsyncClient:
     it across event loops or threads (use the sync ``Client`` from threads).
 
     Every server error is raised as the ``dex.errors`` class of its code; an unreachable
-    server raises ``ServiceUnavailableError``.
+    server raises ``ServiceUnavailableError``. A ``flow_id`` no Flow can have is refused
+    before anything is sent: an empty one with ``BadRequestError``, one longer than
+    ``MAX_FLOW_ID_BYTES`` (1,024 UTF-8 bytes) with ``LimitExceededError``.
 
     """
 
@@ -117,17 +119,20 @@ class AsyncClient:
 
         Args:
             flow: the registered Flow instance.
-            flow_id: the business ID of the execution.
+            flow_id: the business ID of the execution: non-empty, at most 1,024 UTF-8 bytes.
             input: the start Step's input (must match its declared type; None when the
                 Flow has no start Step).
             options: ID reuse policy, idempotency, start delay, initial Attributes.
 
         Raises:
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
+            BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
-            LimitExceededError: a value or the request is too large.
+            LimitExceededError: ``flow_id`` is longer than 1,024 UTF-8 bytes (raised before
+                any request), or a value or the request is too large.
 
         """
+        _defs.check_flow_id(flow_id)
         spec = _defs.flow_spec(self.registry, flow)
         encoded = _defs.encode_start_input(self.registry, flow, input)
         request = StartFlowRequest(
@@ -220,7 +225,20 @@ class AsyncClient:
         page_size: int = 100,
         page_token: str | None = None,
     ) -> FlowListPage:
-        """List Flows newest first, optionally filtered by type and status; one page."""
+        """List Flows newest first, optionally filtered by type and status; one page.
+
+        Args:
+            flow_type: only Flows of this type (None: every type).
+            status: only Flows in this status (None: any status).
+            page_size: at most this many Flows (default 100; the server caps it at 1000).
+            page_token: the ``next_page_token`` of the previous page (None: the first page).
+
+        Raises:
+            BadRequestError: ``page_token`` is not a token the server returned, or
+                ``page_size`` is not a positive integer.
+            ValueError: ``status`` is not a ``FlowStatus`` value.
+
+        """
         params = {"page_size": str(page_size)}
         if flow_type:
             params["flow_type"] = flow_type
@@ -245,6 +263,7 @@ class AsyncClient:
 
         Raises:
             FlowNotFoundError: no such Flow or run.
+            BadRequestError: ``page_token`` is not a token the server returned.
 
         """
         params = {"page_size": str(page_size)}

@@ -11,17 +11,18 @@ from msgspec import Raw
 
 from dex._codec import Codec, codec_for
 from dex._flow import Flow
-from dex._protocol import ErrorCode, FlowSpec
+from dex._protocol import MAX_FLOW_ID_BYTES, ErrorCode, FlowSpec
 from dex._registry import Registry
 from dex._rpc import rpc_info
 from dex._spec import flow_spec as _flow_spec
 from dex._state._common import instance_name
 from dex._step import step_input_type
-from dex.errors import BadRequestError, FlowDefinitionError
+from dex.errors import BadRequestError, FlowDefinitionError, LimitExceededError
 
 __all__ = [
     "RpcCall",
     "StreamTarget",
+    "check_flow_id",
     "encode_initial_attributes",
     "encode_start_input",
     "flow_segment",
@@ -38,17 +39,37 @@ def quote_segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def flow_segment(flow_id: str) -> str:
-    """Quote a Flow ID as a URL path segment, refusing the empty ID no Flow can have.
+def check_flow_id(flow_id: str) -> str:
+    """Return ``flow_id`` if a Flow can have it; raise the error the server would give.
 
     Raises:
-        BadRequestError: ``flow_id`` is empty (without this check the request would hit
-            another route and fail with an unrelated HTTP status).
+        BadRequestError: ``flow_id`` is empty (without this check a request naming it in
+            the path would hit another route and fail with an unrelated HTTP status).
+        LimitExceededError: ``flow_id`` is longer than ``MAX_FLOW_ID_BYTES`` (1,024) UTF-8
+            bytes.
 
     """
     if not flow_id:
         raise BadRequestError("flow_id must not be empty", code=ErrorCode.BAD_REQUEST)
-    return quote_segment(flow_id)
+    size = len(flow_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_FLOW_ID_BYTES:
+        raise LimitExceededError(
+            f"flow_id is {size} bytes, over the limit max_flow_id_bytes={MAX_FLOW_ID_BYTES}",
+            code=ErrorCode.LIMIT_EXCEEDED,
+            flow_id=flow_id,
+        )
+    return flow_id
+
+
+def flow_segment(flow_id: str) -> str:
+    """Quote a Flow ID as a URL path segment, refusing IDs no Flow can have.
+
+    Raises:
+        BadRequestError: ``flow_id`` is empty.
+        LimitExceededError: ``flow_id`` is longer than 1,024 UTF-8 bytes.
+
+    """
+    return quote_segment(check_flow_id(flow_id))
 
 
 def _codec(registry: Registry | None, tp: object) -> Codec:

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from dex._options import seconds
+from dex._state._common import check_map_key
 
 __all__ = [
     "ClientOptions",
@@ -119,9 +120,16 @@ class StartFlowOptions:
         return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
 
     def with_attribute_map(self, attribute_map: Any, key: str, value: Any) -> StartFlowOptions:
-        """Return a copy that also sets instance ``key`` of ``attribute_map`` at start."""
-        if not key or "/" in key:
-            raise ValueError(f"AttributeMap key must be non-empty without '/': {key!r}")
+        """Return a copy that also sets instance ``key`` of ``attribute_map`` at start.
+
+        ``key`` follows the rule of ``AttributeMap`` itself: any non-empty string, ``/``
+        included.
+
+        Raises:
+            InvalidMapKeyError: ``key`` is not a non-empty string (a ``ValueError``).
+
+        """
+        check_map_key(attribute_map.name, key)
         item = InitialAttribute(attribute=attribute_map, key=key, value=value)
         return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
 

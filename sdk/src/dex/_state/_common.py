@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote
 
-from dex.errors import DexError, FlowDefinitionError
+from dex.errors import FlowDefinitionError, InvalidMapKeyError
 
 if TYPE_CHECKING:
     from dex._context import Context, _Invocation
@@ -21,11 +21,30 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def instance_name(name: str, key: str) -> str:
-    """Physical name of one map instance: ``"<name>/<url-quoted key>"``."""
+def check_map_key(name: str, key: object) -> str:
+    """Validate one instance key of the map ``name``: any non-empty string.
+
+    ``/`` and every other character are allowed: :func:`instance_name` URL-quotes the key,
+    so a physical name holds exactly one raw ``/``, the separator after the map's name
+    (which cannot contain one), and the server and stores split there.
+
+    Raises:
+        InvalidMapKeyError: ``key`` is not a string, or is empty.
+
+    """
     if not isinstance(key, str) or not key:
-        raise DexError(f"map key of {name!r} must be a non-empty string, got {key!r}")
-    return f"{name}/{quote(key, safe='')}"
+        raise InvalidMapKeyError(f"map key of {name!r} must be a non-empty string, got {key!r}")
+    return key
+
+
+def instance_name(name: str, key: str) -> str:
+    """Physical name of one map instance: ``"<name>/<url-quoted key>"``.
+
+    Raises:
+        InvalidMapKeyError: ``key`` is not a non-empty string (see :func:`check_map_key`).
+
+    """
+    return f"{name}/{quote(check_map_key(name, key), safe='')}"
 
 
 def instance_key(physical: str) -> str:

@@ -29,7 +29,9 @@ class AttributeMap(Generic[T]):
     Loading is opt-in: a method or RPC receives only the instances it declared
     (``*_load_attribute_maps`` for the whole map, ``*_load_attribute_map_instances`` with
     ``amap.load(key)`` for single keys). Reading an instance that was not loaded raises
-    ``AttributeMapNotLoadedError``; writing never needs a load. Keys are non-empty strings.
+    ``AttributeMapNotLoadedError``; writing never needs a load. Keys are non-empty
+    strings (any character, ``/`` included); every method that takes a key raises
+    ``InvalidMapKeyError`` for any other key.
 
     An ``async`` handler can also read instances on demand, while it runs, with
     ``await amap.load_range(ctx, ...)`` or ``await amap.load_keys(ctx, keys)``: only what

@@ -17,7 +17,9 @@ T = TypeVar("T")
 class ChannelMap(_Queue, Generic[T]):
     """A family of Channels keyed by runtime strings; each key is its own FIFO queue.
 
-    Every method takes the instance key first; semantics are those of ``Channel``.
+    Every method takes the instance key first; semantics are those of ``Channel``. Keys
+    are non-empty strings (any character, ``/`` included); any other key raises
+    ``InvalidMapKeyError``.
 
     Args:
         name: unique, non-empty, without ``/``.

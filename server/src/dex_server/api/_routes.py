@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dex_server.api._openapi import openapi_document
 from dex_server.api._worker import worker_endpoint
+from dex_server.engine.ids import is_uuid7
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import StoreUnavailableError
@@ -132,6 +133,9 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         q = request.query_params
         size = _int(request, "page_size", 100)
         token = q.get("page_token") or None
+        if token is not None and not is_uuid7(token):
+            # the token is the run ID of the previous page's last Flow
+            raise ServiceError(ErrorCode.BAD_REQUEST, f"bad page_token {token!r}")
         flows = await runtime.run(
             lambda tx: tx.flows.page(
                 flow_type=q.get("flow_type") or None,
@@ -220,6 +224,7 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
 
     async def stream_write(request: Request) -> Response:
         ft, st, fid = _stream_key(request)
+        runtime.limits.check_flow_id(fid)
         req = await _body(request, StreamWriteRequest, limit)
         if not req.source:
             raise ServiceError(ErrorCode.BAD_REQUEST, "a Stream write needs a non-empty source")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
+_UUID7 = re.compile(r"[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}")
 _lock = threading.Lock()
 _last_ms = 0
 _seq = 0
@@ -33,6 +35,11 @@ def new_uuid7(now_ms: int | None = None) -> str:
     rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     value = (ms << 80) | (0x7 << 76) | (seq << 64) | (0b10 << 62) | rand
     return f"{value:032x}"
+
+
+def is_uuid7(value: str) -> bool:
+    """Whether ``value`` has the form :func:`new_uuid7` returns (a run id, for instance)."""
+    return _UUID7.fullmatch(value) is not None
 
 
 def format_execution_id(step_type: str, n: int) -> str:

@@ -5,7 +5,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
-from dex._protocol import ErrorCode, FlowSpec, RpcSpec, StepOptionsSpec, StepSpec, Task
+from dex._protocol import (
+    MAX_FLOW_ID_BYTES,
+    ErrorCode,
+    FlowSpec,
+    RpcSpec,
+    StepOptionsSpec,
+    StepSpec,
+    Task,
+)
 
 from dex_server.store import ExecRecord, StoredValue, Tx
 
@@ -40,10 +48,19 @@ class Limits:
     max_flow_state_bytes: int
     max_request_bytes: int
     retention_s: float
+    max_flow_id_bytes: int = MAX_FLOW_ID_BYTES
 
     def check_value(self, raw: bytes | None, what: str) -> None:
         if raw is not None and len(raw) > self.max_value_bytes:
             raise LimitError("max_value_bytes", len(raw), self.max_value_bytes, what)
+
+    def check_flow_id(self, flow_id: str) -> None:
+        """Refuse an empty Flow ID (``BAD_REQUEST``) or one over ``max_flow_id_bytes``."""
+        if not flow_id:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "flow_id must not be empty")
+        size = len(flow_id.encode())
+        if size > self.max_flow_id_bytes:
+            raise LimitError("max_flow_id_bytes", size, self.max_flow_id_bytes, "flow_id")
 
 
 class SpecIndex:

@@ -85,8 +85,7 @@ def start_flow(
 ) -> tuple[str, Effects]:
     """Start a run; returns its run id (or the existing one for an idempotent retry)."""
     eff = Effects()
-    if not req.flow_id:
-        raise ServiceError(ErrorCode.BAD_REQUEST, "flow_id must not be empty")
+    limits.check_flow_id(req.flow_id)
     idx = resolve_spec(tx, specs, req.flow_type, req.spec)
     if not _is_empty(req.spec):
         tx.specs.upsert(req.spec, now)
