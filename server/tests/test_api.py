@@ -161,6 +161,12 @@ async def test_malformed_page_tokens_are_bad_requests(tmp_path: Path) -> None:
             assert r.status_code == 400, bad
             assert r.json()["code"] == "BAD_REQUEST"
             assert r.json()["message"] == f"bad page_token {bad!r}"
+        for bad in ("bogus", "RUNNING", "cancelled"):
+            r = await http.get("/v1/flows", params={"status": bad})
+            assert r.status_code == 400, bad
+            assert r.json()["message"].startswith(f"bad status {bad!r}; one of running,")
+        done = (await http.get("/v1/flows", params={"status": "completed"})).json()
+        assert done["flows"] == []
         r = await http.get("/v1/flows/p1/history", params={"page_token": "nope"})
         assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
         assert "bad page_token" in r.json()["message"]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import msgspec
 from dex._protocol import (
@@ -32,6 +32,7 @@ from dex_server.engine.ids import is_uuid7
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import StoreUnavailableError
+from dex_server.store._records import FlowStatus
 
 S = TypeVar("S")
 VERSION = "0.1.0"
@@ -104,6 +105,18 @@ def _int(request: Request, name: str, default: int, maximum: int = 1000) -> int:
     return min(int(v), maximum)
 
 
+_FLOW_STATUSES: tuple[str, ...] = get_args(FlowStatus)
+
+
+def _status(request: Request) -> str | None:
+    status = request.query_params.get("status") or None
+    if status is not None and status not in _FLOW_STATUSES:
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST, f"bad status {status!r}; one of {', '.join(_FLOW_STATUSES)}"
+        )
+    return status
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -136,10 +149,11 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         if token is not None and not is_uuid7(token):
             # the token is the run ID of the previous page's last Flow
             raise ServiceError(ErrorCode.BAD_REQUEST, f"bad page_token {token!r}")
+        status = _status(request)
         flows = await runtime.run(
             lambda tx: tx.flows.page(
                 flow_type=q.get("flow_type") or None,
-                status=q.get("status") or None,
+                status=status,
                 limit=size + 1,
                 before_run_id=token,
             )
