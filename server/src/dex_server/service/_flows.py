@@ -86,12 +86,13 @@ def start_flow(
     """Start a run; returns its run id (or the existing one for an idempotent retry)."""
     eff = Effects()
     limits.check_flow_id(req.flow_id)
-    idx = resolve_spec(tx, specs, req.flow_type, req.spec)
-    if not _is_empty(req.spec):
-        tx.specs.upsert(req.spec, now)
+    # size checks first: a rejected start must not leave its spec in the in-memory index
     limits.check_value(raw(req.input), "Flow input")
     for a in req.initial_attributes:
         limits.check_value(bytes(a.value), f"initial Attribute {a.name!r}")
+    idx = resolve_spec(tx, specs, req.flow_type, req.spec)
+    if not _is_empty(req.spec):
+        tx.specs.upsert(req.spec, now)
     prev = tx.flows.latest(req.flow_id)
     if prev is not None:
         if req.request_id and prev.request_id == req.request_id:
