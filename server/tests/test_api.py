@@ -136,6 +136,14 @@ async def test_bad_input(tmp_path: Path) -> None:
         )
         r = await http.post("/v1/flows", content=big)
         assert r.status_code == 413 and "max_value_bytes" in r.json()["message"]
+        # the refused start left nothing behind, not even its spec: a new type stays unknown
+        ghost = msgspec.structs.replace(SPEC, flow_type="Ghost")
+        big = encoder.encode(
+            StartFlowRequest(flow_type="Ghost", flow_id="g", spec=ghost, input=raw("y" * 2000))
+        )
+        assert (await http.post("/v1/flows", content=big)).status_code == 413
+        r = await http.post("/v1/flows", content=start_body("g", FlowSpec(flow_type="Ghost")))
+        assert r.json()["code"] == "UNKNOWN_FLOW_TYPE"
 
 
 async def test_malformed_page_tokens_are_bad_requests(tmp_path: Path) -> None:
