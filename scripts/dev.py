@@ -63,7 +63,19 @@ def _find_uv() -> str | None:
 
 
 def ensure_uv() -> str:
-    """Return the path of a working ``uv``, installing it first if needed."""
+    """Return the path of a working ``uv`` (installing it first if needed), on ``PATH``.
+
+    The suites' ``ci.sh`` scripts call ``uv`` by name, so its folder is put first on this
+    process's ``PATH``, which every child inherits.
+    """
+    found = _find_uv_or_install()
+    folder = str(Path(found).parent)
+    if folder not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+    return found
+
+
+def _find_uv_or_install() -> str:
     found = _find_uv()
     if found:
         return found

@@ -242,7 +242,9 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
         req = await _body(request, StreamWriteRequest, limit)
         if not req.source:
             raise ServiceError(ErrorCode.BAD_REQUEST, "a Stream write needs a non-empty source")
-        runtime.stream_write(ft, st, fid, bytes(req.value), req.source)
+        committed = runtime.stream_write(ft, st, fid, bytes(req.value), req.source)
+        if committed is not None:
+            await committed  # a client reads its own writes, on any server
         return _json({})
 
     async def stream_next(request: Request) -> Response:

@@ -360,14 +360,15 @@ class Runtime:
 
     def stream_write(
         self, flow_type: str, stream: str, flow_id: str, value: bytes, source: str
-    ) -> None:
+    ) -> asyncio.Future[None] | None:
+        """Append a Stream message; with a shared store, a future of its commit."""
         cap = self.stream_capacity(flow_type, stream)
         self.limits.check_value(value, "Stream message")
         if len(value) > cap:
             from dex_server.service._common import LimitError
 
             raise LimitError("stream_capacity_bytes", len(value), cap, "Stream message")
-        self.streams.write((flow_type, stream, flow_id), cap, value, source)
+        return self.streams.write((flow_type, stream, flow_id), cap, value, source)
 
     # ------------------------------------------------------------------ client API
 

@@ -43,7 +43,10 @@ class StoreStreams:
         self.store = store
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
 
-    def write(self, key: StreamKey, capacity: int, value: bytes, source: str) -> None:
+    def write(
+        self, key: StreamKey, capacity: int, value: bytes, source: str
+    ) -> asyncio.Future[None]:
+        """Queue the append; the returned future resolves once it committed."""
         name = _name(key)
 
         def job(tx: Tx) -> None:
@@ -56,7 +59,9 @@ class StoreStreams:
                 return
             self.wake(name)
 
-        self.store.submit(job).add_done_callback(done)
+        fut = self.store.submit(job)
+        fut.add_done_callback(done)
+        return fut
 
     def wake(self, name: str) -> None:
         for w in self._waiters.pop(name, []):
