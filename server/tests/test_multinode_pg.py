@@ -330,48 +330,57 @@ async def test_a_stream_written_through_one_server_is_read_through_another(
             worker.kill()
 
 
-async def test_attribute_locks_hold_across_servers(tmp_path: Path, db_url: str) -> None:
-    log = tmp_path / "locks.log"
-    gates = tmp_path / "gates"
-    gates.mkdir()
+@contextlib.asynccontextmanager
+async def guarded_pair(
+    tmp_path: Path, db_url: str, log: Path
+) -> AsyncIterator[tuple[AsyncClient, AsyncClient, list[str]]]:
+    """Servers A and B with a registered Worker each: a client of each, the Worker pids."""
+    (tmp_path / "gates").mkdir()
     async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
         workers = [Worker(a.address, log), Worker(b.address, log)]
         try:
             pids = await workers_ready(log, workers)
             async with client(a) as ca, client(b) as cb:
-                fid = "guarded-1"
-                await ca.start_flow(GUARDED, fid)
-                # the RPC's commit on A makes the Latch ready there: A's Worker runs it
-                await ca.invoke_rpc(GUARDED.latch, fid, "first")
-                await until(lambda: logged(log, "latch-first"), 20, "the first Latch")
-                # through B, an RPC that needs the lock fails fast
-                with pytest.raises(RpcLockConflictError):
-                    await cb.invoke_rpc(GUARDED.bump, fid)
-                # a Latch that B dispatches waits for the lock A's Latch holds
-                await cb.invoke_rpc(GUARDED.latch, fid, "second")
-                await never(lambda: logged(log, "latch-second"), 1.5, "both held the lock")
-                (gates / "first").touch()
-                await until(lambda: logged(log, "latch-second"), 20, "the second Latch")
-                with pytest.raises(RpcLockConflictError):
-                    await ca.invoke_rpc(GUARDED.bump, fid)
-                (gates / "second").touch()
-                await until(lambda: logged(log, "done-second"), 20, "the second Latch's end")
-
-                async def bumped() -> int | None:
-                    try:
-                        value: int = await ca.invoke_rpc(GUARDED.bump, fid)
-                    except RpcLockConflictError:
-                        return None  # the second Latch's result is still committing
-                    return value
-
-                deadline = time.monotonic() + 20
-                while (value := await bumped()) is None:
-                    assert time.monotonic() < deadline, "the lock was never freed"
-                    await asyncio.sleep(0.05)
-                assert value == 102
+                yield ca, cb, pids
         finally:
             for w in workers:
                 w.kill()
+
+
+async def test_attribute_locks_hold_across_servers(tmp_path: Path, db_url: str) -> None:
+    log = tmp_path / "locks.log"
+    gates = tmp_path / "gates"
+    async with guarded_pair(tmp_path, db_url, log) as (ca, cb, pids):
+        fid = "guarded-1"
+        await ca.start_flow(GUARDED, fid)
+        # the RPC's commit on A makes the Latch ready there: A's Worker runs it
+        await ca.invoke_rpc(GUARDED.latch, fid, "first")
+        await until(lambda: logged(log, "latch-first"), 20, "the first Latch")
+        # through B, an RPC that needs the lock fails fast
+        with pytest.raises(RpcLockConflictError):
+            await cb.invoke_rpc(GUARDED.bump, fid)
+        # a Latch that B dispatches waits for the lock A's Latch holds
+        await cb.invoke_rpc(GUARDED.latch, fid, "second")
+        await never(lambda: logged(log, "latch-second"), 1.5, "both held the lock")
+        (gates / "first").touch()
+        await until(lambda: logged(log, "latch-second"), 20, "the second Latch")
+        with pytest.raises(RpcLockConflictError):
+            await ca.invoke_rpc(GUARDED.bump, fid)
+        (gates / "second").touch()
+        await until(lambda: logged(log, "done-second"), 20, "the second Latch's end")
+
+        async def bumped() -> int | None:
+            try:
+                value: int = await ca.invoke_rpc(GUARDED.bump, fid)
+            except RpcLockConflictError:
+                return None  # the second Latch's result is still committing
+            return value
+
+        deadline = time.monotonic() + 20
+        while (value := await bumped()) is None:
+            assert time.monotonic() < deadline, "the lock was never freed"
+            await asyncio.sleep(0.05)
+        assert value == 102
     # the premise: the two Latches ran on Workers of different servers
     assert logged(log, "latch-first")[0][4] == pids[0]
     assert logged(log, "latch-second")[0][4] == pids[1]
@@ -382,37 +391,29 @@ async def test_a_transactional_rpc_holds_step_results_committed_by_another_serve
 ) -> None:
     log = tmp_path / "tally.log"
     gates = tmp_path / "gates"
-    gates.mkdir()
-    async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
-        workers = [Worker(a.address, log), Worker(b.address, log)]
-        try:
-            pids = await workers_ready(log, workers)
-            async with client(a) as ca, client(b) as cb:
-                fid = "guarded-2"
-                await ca.start_flow(GUARDED, fid)
-                await ca.invoke_rpc(GUARDED.latch, fid, "step")
-                await until(lambda: logged(log, "latch-step"), 20, "the Latch")
-                # B's transactional RPC has read the Flow and waits at its gate
-                tally = asyncio.create_task(cb.invoke_rpc(GUARDED.tally, fid, "rpc"))
-                await until(lambda: logged(log, "tally-rpc"), 20, "the RPC")
-                # the Latch returns; server A must not commit its result before the RPC's
-                (gates / "step").touch()
-                await until(lambda: logged(log, "done-step"), 20, "the Latch's end")
+    async with guarded_pair(tmp_path, db_url, log) as (ca, cb, pids):
+        fid = "guarded-2"
+        await ca.start_flow(GUARDED, fid)
+        await ca.invoke_rpc(GUARDED.latch, fid, "step")
+        await until(lambda: logged(log, "latch-step"), 20, "the Latch")
+        # B's transactional RPC has read the Flow and waits at its gate
+        tally = asyncio.create_task(cb.invoke_rpc(GUARDED.tally, fid, "rpc"))
+        await until(lambda: logged(log, "tally-rpc"), 20, "the RPC")
+        # the Latch returns; server A must not commit its result before the RPC's
+        (gates / "step").touch()
+        await until(lambda: logged(log, "done-step"), 20, "the Latch's end")
 
-                async def latch_committed() -> bool:
-                    return any(s.startswith("Latch") for s in await completed_steps(ca, fid))
+        async def latch_committed() -> bool:
+            return any(s.startswith("Latch") for s in await completed_steps(ca, fid))
 
-                await never(latch_committed, 1.5, "a Step result overtook the RPC")
-                (gates / "rpc").touch()
-                assert await tally == 0
-                await until_async(latch_committed, 20, "the Latch's commit")
-                events = [e.type for e in await all_events(ca, fid)]
-                rpc_at = events.index("RpcExecutionCompleted")
-                assert rpc_at < events.index("StepExecuteCompleted"), events
-                # the Latch's write (from its own snapshot) landed after the RPC's
-                assert await ca.invoke_rpc(GUARDED.guard, fid) == 1
-        finally:
-            for w in workers:
-                w.kill()
+        await never(latch_committed, 1.5, "a Step result overtook the RPC")
+        (gates / "rpc").touch()
+        assert await tally == 0
+        await until_async(latch_committed, 20, "the Latch's commit")
+        events = [e.type for e in await all_events(ca, fid)]
+        rpc_at = events.index("RpcExecutionCompleted")
+        assert rpc_at < events.index("StepExecuteCompleted"), events
+        # the Latch's write (from its own snapshot) landed after the RPC's
+        assert await ca.invoke_rpc(GUARDED.guard, fid) == 1
     assert logged(log, "latch-step")[0][4] == pids[0]
     assert logged(log, "tally-rpc")[0][4] == pids[1]
