@@ -97,29 +97,24 @@ def read_log(path: Path) -> list[list[str]]:
 
 
 async def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` (sync or async) until it is true, for at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while not predicate():
+    while not await _check(predicate):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def _check(predicate) -> object:  # type: ignore[no-untyped-def]
+    got = predicate()
+    return await got if asyncio.iscoroutine(got) else got
 
 
 async def never(predicate, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
     """Check for ``seconds`` that ``predicate`` (sync or async) stays false."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        got = predicate()
-        if asyncio.iscoroutine(got):
-            got = await got
-        assert not got, what
-        await asyncio.sleep(0.05)
-
-
-async def until_async(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+        assert not await _check(predicate), what
         await asyncio.sleep(0.05)
 
 
@@ -409,7 +404,7 @@ async def test_a_transactional_rpc_holds_step_results_committed_by_another_serve
         await never(latch_committed, 1.5, "a Step result overtook the RPC")
         (gates / "rpc").touch()
         assert await tally == 0
-        await until_async(latch_committed, 20, "the Latch's commit")
+        await until(latch_committed, 20, "the Latch's commit")
         events = [e.type for e in await all_events(ca, fid)]
         rpc_at = events.index("RpcExecutionCompleted")
         assert rpc_at < events.index("StepExecuteCompleted"), events
