@@ -3,7 +3,8 @@
 ``python -m tests._mn_flows ADDRESS`` runs an ``AsyncWorker`` on the server at ``ADDRESS``;
 handlers append ``"<event> <flow_id> <step_execution_id> <attempt> <pid>"`` lines to the
 file named by ``DEX_MN_LOG`` so a test counts what ran where (``ready`` once registered).
-With ``DEX_MN_HOLD=1`` every Hop on that Worker blocks forever after logging ``held``.
+With ``DEX_MN_HOLD=1`` every Begin on that Worker blocks forever after logging ``held`` (the
+server a Flow starts on dispatches its Begin; a Timer may fire on any server).
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ _FAST = RetryPolicy(initial_interval=timedelta(seconds=0.1), maximum_attempts=20
 
 
 class Begin(Step[int]):
-    def execute(self, context: Context, input: int) -> StepDecision:
+    async def execute(self, context: Context, input: int) -> StepDecision:
+        if _HOLD:
+            # this Worker's server is about to be killed: keep the Flow in flight here
+            log("held", context)
+            await asyncio.Event().wait()
         log("begin", context)
         return StepDecision.go_to(Nap, input)
 
@@ -105,11 +110,7 @@ class Rescue(Step[int]):
 
 
 class Hop(Step[int]):
-    async def execute(self, context: Context, input: int) -> StepDecision:
-        if _HOLD:
-            # this Worker's server is about to be killed: keep the Flow in flight here
-            log("held", context)
-            await asyncio.Event().wait()
+    def execute(self, context: Context, input: int) -> StepDecision:
         log("hop", context)
         if input + 1 >= HOPS:
             return StepDecision.graceful_complete(input + 1)

@@ -157,7 +157,7 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
     log = tmp_path / "steps.log"
     async with cluster(tmp_path, db_url, 2, fsync=False) as (a, b):
         pids: list[str] = []
-        # server A's Worker keeps every Flow that reaches a Hop in flight until A dies
+        # server A's Worker keeps every Flow started through A in flight until A dies
         workers = [Worker(a.address, log, hold=True), Worker(b.address, log)]
         try:
             # a server without a registered Worker hands its Flows to the other one
@@ -177,7 +177,7 @@ async def test_killing_one_of_two_servers_loses_and_repeats_nothing(
                         and any(r[0] == "held" for r in read_log(log))
                     ),
                     30,
-                    "naps and a held Hop",
+                    "naps and a held Begin",
                 )
                 a.kill()
                 results = await asyncio.gather(*(cb.wait_for_flow(fid, 60) for fid in ids))
