@@ -226,14 +226,102 @@ class Vouched(Flow[str]):
         return StepList.start_step(Vouch())
 
 
+HELD = Attribute("held", int)
+
+
+async def _own_gate(context: Context, name: str) -> None:
+    """Wait for the gate ``<name>-<pid>``: the test releases each Worker's copy on its own."""
+    await _gate(f"{name}-{os.getpid()}")
+
+
+class Solo(Step[str]):
+    """Single attempt: a durable start, then an effect that must happen at most once."""
+
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        assert isinstance(ctx, AsyncContext)
+        log("solo", ctx)
+        await _own_gate(ctx, input)
+        await ctx.heartbeat(durable=True)
+        log("effect", ctx)
+        return StepDecision.graceful_complete(str(os.getpid()))
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=RetryPolicy(maximum_attempts=1))
+
+
+class SoloFlow(Flow[str]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Solo())
+
+
+class Hold(Step[str]):
+    """Holds the ``held`` lock until its gate opens; its result frees it."""
+
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        log("hold", ctx)
+        await _own_gate(ctx, input)
+        HELD.set(ctx, os.getpid())
+        log("holddone", ctx)
+        return StepDecision.graceful_complete(str(os.getpid()))
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST, execute_lock_attributes=(HELD.lock(),))
+
+
+class HoldFlow(Flow[str]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Hold())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(HELD)
+
+
+STRIDES = 6
+
+
+class Stride(Step[int]):
+    """Half a second of work per Step: keeps Flows in flight long enough to be taken over."""
+
+    async def execute(self, context: Context, input: int) -> StepDecision:
+        log("stride", context)
+        await asyncio.sleep(0.5)
+        if input + 1 >= STRIDES:
+            return StepDecision.go_to(Seal, input + 1)
+        return StepDecision.go_to(Stride, input + 1)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST)
+
+
+class Seal(Step[int]):
+    async def execute(self, ctx: Context, input: int) -> StepDecision:
+        assert isinstance(ctx, AsyncContext)
+        await ctx.heartbeat(durable=True)
+        log("sealed", ctx)
+        return StepDecision.graceful_complete(input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=RetryPolicy(maximum_attempts=1))
+
+
+class Pace(Flow[int]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Stride()).other_steps(Seal())
+
+
 RELAY = Relay()
 VOUCHED = Vouched()
+SOLO = SoloFlow()
+HOLD = HoldFlow()
+PACE = Pace()
 GUARDED = Guarded()
 BELL_FLOW = Bell()
 
 
 def registry() -> dex.Registry:
-    return dex.Registry([RELAY, BELL_FLOW, GUARDED, VOUCHED], allow_async_handlers=True)
+    return dex.Registry(
+        [RELAY, BELL_FLOW, GUARDED, VOUCHED, SOLO, HOLD, PACE], allow_async_handlers=True
+    )
 
 
 async def _main(address: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 from dex_server.app import ServerConfig, run_server
@@ -85,8 +86,21 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     )
 
 
+def _shift_clock() -> None:
+    """Tests only: ``DEX_TEST_CLOCK_OFFSET_S`` moves this process's wall clock.
+
+    A server on a machine whose clock is off: ``time.time`` (every timestamp the server
+    writes or compares) reads that many seconds ahead (negative: behind).
+    """
+    offset = float(os.environ.get("DEX_TEST_CLOCK_OFFSET_S") or 0.0)
+    if offset:
+        real = time.time
+        time.time = lambda: real() + offset
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run a server configured from ``argv`` until SIGINT/SIGTERM."""
+    _shift_clock()
     run_server(config_from_args(argv))
 
 

@@ -31,6 +31,7 @@ class Envelope:
     locks_held: bool = False
     result: asyncio.Future[TaskResult] | None = None  # RPCs only
     started_at: float = 0.0
+    claim_epoch: int | None = None  # Step methods: the claim epoch it was dispatched under
 
     @property
     def key(self) -> tuple[str, str] | None:

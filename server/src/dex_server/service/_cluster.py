@@ -146,6 +146,8 @@ class Cluster:
         A commit whose outcome was lost (the database connection died) leaves such
         claims; one seen in two sweeps in a row is recovered like a dead server's.
         """
+        if self.shared:
+            await self.sweep_fenced()
         now = time.time()
         mine = await self.store.run(lambda tx: tx.claims.mine_ready(now))
         known = self.rt.dispatcher.by_exec
@@ -160,6 +162,27 @@ class Cluster:
             lambda tx: _steps.recover_claimed(tx, rt.limits, rt.specs, confirmed, time.time())
         )
         rt.apply(eff)
+
+    async def sweep_fenced(self) -> None:
+        """Cancel the running attempts whose executions another server took over.
+
+        This server was cut off or stalled for longer than the lease; the attempts' writes
+        would be refused anyway (see ``_steps._load``), so their Workers stop now.
+        """
+        dispatcher = self.rt.dispatcher
+        running: dict[tuple[str, str], Envelope] = {}
+        for key in dispatcher.running:
+            env = dispatcher.by_exec.get(key)
+            if env is not None and env.claim_epoch is not None:
+                running[key] = env
+        if not running:
+            return
+        held = [(k[0], k[1], env.claim_epoch or 0) for k, env in running.items()]
+        lost = await self.store.run(lambda tx: tx.claims.lost(held))
+        if lost:
+            log.warning("%d running attempts were taken over by another server", len(lost))
+        for key in lost:
+            self.rt.fenced(running[key])
 
     def release(self, env: Envelope) -> None:
         """Give a ready execution no local Worker serves to the pool (other servers)."""

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dex._protocol import ErrorCode
+
+from dex_server.service._common import ServiceError
 from dex_server.store import Tx
 
 COMMIT_KEY = "#commit"
@@ -63,6 +66,23 @@ def release(tx: Tx, run_id: str, holder: str) -> None:
     """Free what ``holder`` holds and wake the servers waiting for it."""
     if tx.locks.release(run_id, holder):
         tx.signals.notify("unlock", run_id)
+
+
+def check_held(tx: Tx, run_id: str, keys: Sequence[str], holder: str) -> None:
+    """Raise unless ``holder`` still holds every key of ``keys`` through this server.
+
+    An RPC's commit calls it in its own transaction: a server that was taken over while the
+    RPC ran lost its keys (another holder may have them now), so the effects must not land.
+    """
+    flow = tx.flows.get(run_id)  # the row lock, as for every write of the run
+    if flow is None or flow.status != "running":
+        return  # nothing commits on a closed run; the commit reports it
+    if not set(keys) <= set(tx.locks.mine(run_id, holder)):
+        raise ServiceError(
+            ErrorCode.UNAVAILABLE,
+            "another server took this server's work over while the RPC ran; its effects"
+            " were not applied (retry)",
+        )
 
 
 def take_for_rpc(tx: Tx, run_id: str, keys: Sequence[str], holder: str) -> bool:

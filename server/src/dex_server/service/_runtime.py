@@ -163,6 +163,7 @@ class Runtime:
                     heartbeat_timeout_s=r.heartbeat_timeout_s,
                     task=r.task,
                     version=r.version,
+                    claim_epoch=r.record.claim_epoch if r.record is not None else None,
                 )
             )
         if eff.timers:
@@ -178,11 +179,15 @@ class Runtime:
         # other servers may hold the keys: take them in the store too, with the snapshot
         holder = _locks.attempt_holder(eid, env.kind, attempt) if keys and self.shared else None
 
+        me, epoch = self.store.server_id, env.claim_epoch
+
         def job(tx: Tx) -> tuple[Task | None, int, bool]:
             flow = tx.flows.get(run_id)
             e = tx.executions.get(run_id, eid)
             if flow is None or flow.status != "running" or e is None or e.attempt != attempt:
                 return None, 0, True
+            if epoch is not None and (e.claimed_by, e.claim_epoch) != (me, epoch):
+                return None, 0, True  # another server dispatches it now
             if holder is not None and not _locks.take(tx, run_id, keys, holder):
                 return None, 0, False
             return build_step_task(tx, flow, e), flow.version, True
@@ -213,6 +218,7 @@ class Runtime:
             attempt=env.attempt,
             started_at=started_at,
             locked=bool(env.locks) and self.shared,
+            claim=(self.store.server_id, env.claim_epoch) if env.claim_epoch is not None else None,
         )
 
     def attempt_failed(self, inflight: InFlight | Envelope, error: ErrorInfo) -> None:
@@ -233,6 +239,9 @@ class Runtime:
                     tx, self.limits, self.specs, ref, error, time.time(), hb
                 )
             )
+        except _steps.FencedError as exc:
+            _log_fenced(exc)
+            return
         finally:
             self.dispatcher.finished(env)
         self.apply(eff)
@@ -297,6 +306,9 @@ class Runtime:
             self.dispatcher.finished(env)
             if fut.cancelled():
                 return
+            if isinstance(exc, _steps.FencedError):
+                _log_fenced(exc)
+                return
             if exc is not None:
                 log.error("committing a Step result failed", exc_info=exc)
                 return
@@ -320,6 +332,9 @@ class Runtime:
                     break
                 except _locks.CommitHeldError:
                     await self.await_unlock()
+        except _steps.FencedError as exc:
+            _log_fenced(exc)
+            return
         finally:
             self.dispatcher.finished(env)
         self.apply(eff)
@@ -338,6 +353,11 @@ class Runtime:
             try:
                 ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
                 break
+            except _steps.FencedError as exc:
+                # another server runs this execution now: the Worker must not go on
+                _log_fenced(exc)
+                self.fenced(inflight.env)
+                return
             except StoreUnavailableError:
                 # the Worker waits for this acknowledgement: keep trying while the attempt
                 # is ours (recording the start twice is harmless)
@@ -347,6 +367,11 @@ class Runtime:
                 delay = min(delay * 2, 2.0)
         if ok:
             conn.send(HeartbeatAck(task_id=task_id, seq=seq))
+
+    def fenced(self, env: Envelope) -> None:
+        """Drop an attempt another server took over and cancel it on its Worker."""
+        if env.key is not None and self.dispatcher.by_exec.get(env.key) is env:
+            self.dispatcher.cancel(env.run_id, env.key[1], "another server took this Step over")
 
     def stream_capacity(self, flow_type: str, stream: str) -> int:
         idx = self.specs.get(flow_type)
@@ -475,8 +500,17 @@ class Runtime:
                         "the Flow is closed; an RPC on a closed Flow must have no effects",
                         flow_id=flow_id,
                     )
-                eff = await self.store.run(
-                    lambda tx: _flows.rpc_commit(
+                # the keys (and the commit hold) it took in the store must still be its own
+                fence = (
+                    ([*locks, _locks.COMMIT_KEY] if transactional else list(locks))
+                    if (in_store and holder is not None)
+                    else []
+                )
+
+                def commit(tx: Tx) -> Effects:
+                    if fence and holder is not None:
+                        _locks.check_held(tx, run_id, fence, holder)
+                    return _flows.rpc_commit(
                         tx,
                         self.limits,
                         self.specs,
@@ -486,7 +520,8 @@ class Runtime:
                         transactional,
                         time.time(),
                     )
-                )
+
+                eff = await self.store.run(commit)
                 self.apply(eff)
             return result.rpc_output
         finally:
@@ -608,6 +643,10 @@ class Runtime:
             except Exception:
                 log.exception("retention sweep failed")
             await asyncio.sleep(self.config.retention_sweep_interval_s)
+
+
+def _log_fenced(exc: _steps.FencedError) -> None:
+    log.warning("not committing for an attempt another server took over: %s", exc)
 
 
 _background: set[asyncio.Future[Any]] = set()

@@ -53,9 +53,29 @@ class AttemptRef:
     started_at: float
     locked: bool = False
     """The attempt holds lock keys in the store (several servers share it)."""
+    claim: tuple[str, int] | None = None
+    """``(server_id, claim_epoch)`` the attempt was dispatched under; ``None``: not checked."""
+
+
+class FencedError(Exception):
+    """Another server took the attempt's execution over: nothing may be written for it."""
+
+    def __init__(self, ref: AttemptRef, holder: tuple[str | None, int]) -> None:
+        super().__init__(
+            f"{ref.execution_id} {ref.kind} attempt {ref.attempt}: claimed by {holder[0]!r}"
+            f" at epoch {holder[1]}, dispatched under {ref.claim}"
+        )
+        self.ref = ref
 
 
 def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
+    """The attempt's Flow and execution (row-locked), or ``None`` when the attempt is over.
+
+    The fencing check: every write on behalf of an attempt loads it here first, in its own
+    transaction, and raises :class:`FencedError` once the row's claim is no longer the one
+    the attempt was dispatched under. A takeover that races this transaction either
+    commits first (the check sees it) or waits for the Flow's row lock this job holds.
+    """
     flow = tx.flows.get(ref.run_id)
     if flow is None or flow.status != "running":
         return None
@@ -63,6 +83,8 @@ def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
     want = "wait_for" if ref.kind == "wait_for" else "execute"
     if e is None or e.attempt != ref.attempt or e.phase != want:
         return None
+    if ref.claim is not None and (e.claimed_by, e.claim_epoch) != ref.claim:
+        raise FencedError(ref, (e.claimed_by, e.claim_epoch))
     return flow, e
 
 
@@ -398,7 +420,10 @@ def fail_step_attempt(
 
 
 def mark_started(tx: Tx, ref: AttemptRef, heartbeat_value: msgspec.Raw | None) -> bool:
-    """Durably record that ``ref``'s attempt started (no redelivery after this)."""
+    """Durably record that ``ref``'s attempt started (no redelivery after this).
+
+    Raises :class:`FencedError` when another server took the execution over.
+    """
     loaded = _load(tx, ref)
     if loaded is None:
         return False
@@ -488,7 +513,7 @@ def recover_claimed(
 
 def take_over(tx: Tx, limits: Limits, specs: Specs, now: float, lease_s: float) -> Effects:
     """Claim what dead servers were dispatching and recover it (see :func:`recover_claimed`)."""
-    dead = tx.servers.dead(now, lease_s)
+    dead = tx.servers.dead(lease_s)
     if not dead:
         return Effects()
     keys = tx.claims.claim_from(dead)
@@ -529,6 +554,7 @@ def fail_unserved(tx: Tx, limits: Limits, specs: Specs, before: float, now: floa
 
 __all__ = [
     "AttemptRef",
+    "FencedError",
     "ServiceError",
     "apply_step_result",
     "fail_step_attempt",

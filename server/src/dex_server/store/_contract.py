@@ -97,7 +97,9 @@ class ClaimsStore(Protocol):
 
     ``ExecutionsStore.put`` claims a dispatchable execution for the writing server (and
     unclaims a waiting one); these methods move claims. ``claim_*`` return the claimed
-    ``(run_id, execution_id)`` pairs; rows other servers are claiming are skipped.
+    ``(run_id, execution_id)`` pairs; rows other servers are claiming are skipped. Every
+    change of a row's claim adds one to its ``claim_epoch`` (the fencing token: writes on
+    behalf of an attempt check the claim and epoch it was dispatched under).
     """
 
     def release(self, run_id: str, execution_id: str, now: float) -> None:
@@ -118,10 +120,22 @@ class ClaimsStore(Protocol):
     def mine_ready(self, now: float) -> list[tuple[str, str]]:
         """This server's claims that are ready to dispatch now."""
 
+    def lost(self, held: Sequence[tuple[str, str, int]]) -> list[tuple[str, str]]:
+        """Which of ``(run_id, execution_id, claim_epoch)`` this server no longer holds.
+
+        Every claim change bumps the row's ``claim_epoch``; an execution whose row names
+        another server, or this one at another epoch, was taken over (fenced). Gone rows
+        are not reported.
+        """
+
 
 class ServersStore(Protocol):
-    def dead(self, now: float, lease_s: float) -> list[str]:
-        """Servers that stopped (locked for this transaction; others skip them)."""
+    def dead(self, lease_s: float) -> list[str]:
+        """Servers that stopped (locked for this transaction; others skip them).
+
+        Judged by the store's clock (heartbeats are written with it too), so servers whose
+        clocks disagree never compare them.
+        """
 
     def remove(self, server_ids: Sequence[str]) -> None: ...
 
@@ -163,11 +177,14 @@ class LocksStore(Protocol):
     def take(self, run_id: str, keys: Sequence[str], holder: str) -> None:
         """Record ``holder`` (on this server) as holding ``keys`` (free or its own)."""
 
+    def mine(self, run_id: str, holder: str) -> list[str]:
+        """The keys ``holder`` holds through this server (row-locked for this transaction)."""
+
     def drop(self, run_id: str, key: str) -> None:
         """Free one key whatever holds it (its holder is gone)."""
 
     def release(self, run_id: str, holder: str) -> int:
-        """Free every key ``holder`` holds; how many."""
+        """Free every key ``holder`` holds through this server; how many."""
 
     def release_run(self, run_id: str) -> None: ...
     def abandon(self, server_ids: Sequence[str]) -> list[tuple[str, str, str]]:

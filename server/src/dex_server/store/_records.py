@@ -68,6 +68,10 @@ class ExecRecord(Struct, kw_only=True, omit_defaults=True):
     wait_for_failed: bool = False
     condition_results: ConditionResultsWire | None = None
     started_attempt: int = 0
+    # the claim columns (the store reads them into these fields, ``put`` writes them back):
+    # the server dispatching the execution and how many times the claim changed hands
+    claimed_by: str | None = None
+    claim_epoch: int = 0
 
 
 class StoredValue(Struct, kw_only=True):
@@ -83,6 +87,24 @@ class PendingMessage(Struct, kw_only=True):
     channel: str
     message_id: str
     value: msgspec.Raw
+
+
+def claim(e: ExecRecord, server_id: str) -> None:
+    """Set the claim ``ExecutionsStore.put`` writes (the epoch counts changes of hands).
+
+    The writing server's while ``e`` is dispatchable, nobody's while it waits.
+    """
+    claimant = server_id if e.phase != "waiting" else None
+    if e.claimed_by != claimant:
+        e.claimed_by = claimant
+        e.claim_epoch += 1
+
+
+def with_claim(e: ExecRecord, claimed_by: object, epoch: object) -> ExecRecord:
+    """``e`` with the claim columns of its row (they, not the JSON copy, are the truth)."""
+    e.claimed_by = claimed_by if isinstance(claimed_by, str) else None
+    e.claim_epoch = int(epoch)  # type: ignore[call-overload]
+    return e
 
 
 record_encoder = msgspec.json.Encoder()

@@ -14,8 +14,8 @@ def _pairs(rows: list[tuple[object, ...]]) -> list[tuple[str, str]]:
 class PgClaims(_Repo):
     def release(self, run_id: str, execution_id: str, now: float) -> None:
         self.run(
-            "UPDATE executions SET claimed_by=NULL, released_at=%s WHERE run_id=%s AND"
-            " execution_id=%s AND claimed_by=%s",
+            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=%s"
+            " WHERE run_id=%s AND execution_id=%s AND claimed_by=%s",
             (now, run_id, execution_id, self.me),
         )
 
@@ -26,8 +26,9 @@ class PgClaims(_Repo):
             return []
         return _pairs(
             self.rows(
-                "UPDATE executions e SET claimed_by=%s, released_at=NULL FROM (SELECT"
-                " x.run_id, x.execution_id FROM executions x JOIN flows f ON"
+                "UPDATE executions e SET claimed_by=%s, claim_epoch=e.claim_epoch+1,"
+                " released_at=NULL FROM (SELECT x.run_id, x.execution_id FROM executions x"
+                " JOIN flows f ON"
                 " f.run_id=x.run_id WHERE x.claimed_by IS NULL AND x.ready_at IS NOT NULL AND"
                 " x.ready_at<=%s AND f.flow_type = ANY(%s) ORDER BY x.ready_at LIMIT %s"
                 " FOR UPDATE OF x SKIP LOCKED) c WHERE e.run_id=c.run_id AND"
@@ -39,8 +40,9 @@ class PgClaims(_Repo):
     def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
         return _pairs(
             self.rows(
-                "UPDATE executions e SET claimed_by=%s, released_at=NULL FROM (SELECT"
-                " run_id, execution_id FROM executions WHERE claimed_by IS NULL AND ready_at"
+                "UPDATE executions e SET claimed_by=%s, claim_epoch=e.claim_epoch+1,"
+                " released_at=NULL FROM (SELECT run_id, execution_id FROM executions WHERE"
+                " claimed_by IS NULL AND ready_at"
                 " IS NOT NULL AND released_at<=%s LIMIT %s FOR UPDATE SKIP LOCKED) c WHERE"
                 " e.run_id=c.run_id AND e.execution_id=c.execution_id"
                 " RETURNING e.run_id, e.execution_id",
@@ -53,8 +55,8 @@ class PgClaims(_Repo):
             return []
         return _pairs(
             self.rows(
-                "UPDATE executions SET claimed_by=%s WHERE claimed_by = ANY(%s) AND"
-                " ready_at IS NOT NULL RETURNING run_id, execution_id",
+                "UPDATE executions SET claimed_by=%s, claim_epoch=claim_epoch+1 WHERE"
+                " claimed_by = ANY(%s) AND ready_at IS NOT NULL RETURNING run_id, execution_id",
                 (self.me, list(server_ids)),
             )
         )
@@ -67,19 +69,37 @@ class PgClaims(_Repo):
             )
         )
 
+    def lost(self, held: Sequence[tuple[str, str, int]]) -> list[tuple[str, str]]:
+        if not held:
+            return []
+        return _pairs(
+            self.rows(
+                "SELECT x.run_id, x.execution_id FROM unnest(%s::text[], %s::text[],"
+                " %s::bigint[]) AS k(r, e, ep) JOIN executions x ON x.run_id=k.r AND"
+                " x.execution_id=k.e WHERE x.claimed_by IS DISTINCT FROM %s OR"
+                " x.claim_epoch<>k.ep",
+                ([h[0] for h in held], [h[1] for h in held], [h[2] for h in held], self.me),
+            )
+        )
+
 
 # A server whose database session is gone (process killed) is dead after this grace,
 # short enough for a quick takeover, long enough for a live server to reconnect.
 SESSION_GRACE_S = 3.0
 
 
+# The database's clock, in seconds: every heartbeat and every lease check reads it, so the
+# servers' own clocks (which may disagree) never meet in a comparison.
+DB_NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+
 class PgServers(_Repo):
-    def dead(self, now: float, lease_s: float) -> list[str]:
+    def dead(self, lease_s: float) -> list[str]:
         rows = self.rows(
-            "SELECT s.server_id FROM servers s WHERE s.server_id<>%s AND (s.heartbeat_at<%s"
-            " OR (s.heartbeat_at<%s AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE"
-            " a.pid=s.backend_pid))) FOR UPDATE OF s SKIP LOCKED",
-            (self.me, now - lease_s, now - SESSION_GRACE_S),
+            f"SELECT s.server_id FROM servers s WHERE s.server_id<>%s AND (s.heartbeat_at <"
+            f" {DB_NOW} - %s OR (s.heartbeat_at < {DB_NOW} - %s AND NOT EXISTS (SELECT 1 FROM"
+            " pg_stat_activity a WHERE a.pid=s.backend_pid))) FOR UPDATE OF s SKIP LOCKED",
+            (self.me, lease_s, SESSION_GRACE_S),
         )
         return [str(r[0]) for r in rows]
 
@@ -109,13 +129,22 @@ class PgLocks(_Repo):
             (run_id, holder, self.me, list(keys)),
         )
 
+    def mine(self, run_id: str, holder: str) -> list[str]:
+        rows = self.rows(
+            "SELECT lock_key FROM attribute_locks WHERE run_id=%s AND holder=%s AND"
+            " server_id=%s" + self.lock,
+            (run_id, holder, self.me),
+        )
+        return sorted(str(r[0]) for r in rows)
+
     def drop(self, run_id: str, key: str) -> None:
         self.run("DELETE FROM attribute_locks WHERE run_id=%s AND lock_key=%s", (run_id, key))
 
     def release(self, run_id: str, holder: str) -> int:
         rows = self.rows(
-            "DELETE FROM attribute_locks WHERE run_id=%s AND holder=%s RETURNING 1",
-            (run_id, holder),
+            "DELETE FROM attribute_locks WHERE run_id=%s AND holder=%s AND server_id=%s"
+            " RETURNING 1",
+            (run_id, holder, self.me),
         )
         return len(rows)
 

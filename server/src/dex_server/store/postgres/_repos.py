@@ -18,9 +18,11 @@ from dex_server.store._records import (
     FlowRecord,
     PendingMessage,
     StoredValue,
+    claim,
     exec_decoder,
     flow_decoder,
     record_encoder,
+    with_claim,
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
@@ -137,27 +139,30 @@ class PgSpecs(_Repo):
 class PgExecutions(_Repo):
     def put(self, e: ExecRecord) -> None:
         ready = e.not_before if e.phase != "waiting" else None
+        claim(e, self.me)
         self.run(
-            "INSERT INTO executions (run_id, execution_id, phase, data, ready_at, claimed_by)"
-            " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, execution_id) DO UPDATE SET"
-            " phase=excluded.phase, data=excluded.data, ready_at=excluded.ready_at,"
-            " claimed_by=excluded.claimed_by, released_at=NULL",
+            "INSERT INTO executions (run_id, execution_id, phase, data, ready_at, claimed_by,"
+            " claim_epoch) VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, execution_id) DO"
+            " UPDATE SET phase=excluded.phase, data=excluded.data, ready_at=excluded.ready_at,"
+            " claimed_by=excluded.claimed_by, claim_epoch=excluded.claim_epoch, released_at=NULL",
             (
                 e.run_id,
                 e.execution_id,
                 e.phase,
                 record_encoder.encode(e),
                 ready,
-                self.me if ready is not None else None,
+                e.claimed_by,
+                e.claim_epoch,
             ),
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
         row = self.row(
-            "SELECT data FROM executions WHERE run_id=%s AND execution_id=%s",
+            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND"
+            " execution_id=%s",
             (run_id, execution_id),
         )
-        return exec_decoder.decode(_b(row[0])) if row else None
+        return with_claim(exec_decoder.decode(_b(row[0])), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
         self.run(
@@ -165,8 +170,10 @@ class PgExecutions(_Repo):
         )
 
     def of_run(self, run_id: str) -> list[ExecRecord]:
-        rows = self.rows("SELECT data FROM executions WHERE run_id=%s", (run_id,))
-        return [exec_decoder.decode(_b(r[0])) for r in rows]
+        rows = self.rows(
+            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s", (run_id,)
+        )
+        return [with_claim(exec_decoder.decode(_b(r[0])), r[1], r[2]) for r in rows]
 
     def delete_run(self, run_id: str) -> None:
         self.run("DELETE FROM executions WHERE run_id=%s", (run_id,))

@@ -17,6 +17,7 @@ from psycopg import errors as pg_errors
 from dex_server.store._contract import StoreUnavailableError, Tx
 from dex_server.store._migrations import apply_migrations, statements, verify_schema
 from dex_server.store.postgres._cluster_repos import (
+    DB_NOW,
     PgClaims,
     PgLocks,
     PgRpcCalls,
@@ -264,12 +265,12 @@ class PostgresStore:
             conn.close()
 
     def _beat(self, conn: Conn) -> None:
-        now = time.time()
+        # the database's clock, never this server's: leases compare heartbeats of servers
         conn.execute(
             "INSERT INTO servers (server_id, started_at, heartbeat_at, backend_pid) VALUES"
-            " (%s,%s,%s,pg_backend_pid()) ON CONFLICT (server_id) DO UPDATE SET"
+            f" (%s,{DB_NOW},{DB_NOW},pg_backend_pid()) ON CONFLICT (server_id) DO UPDATE SET"
             " heartbeat_at=excluded.heartbeat_at, backend_pid=excluded.backend_pid",
-            (self.server_id, now, now),
+            (self.server_id,),
         )
 
     def _signal(self, kind: str, data: str) -> None:

@@ -17,14 +17,15 @@ class SqliteClaims:
 
     def release(self, run_id: str, execution_id: str, now: float) -> None:
         self.c.execute(
-            "UPDATE executions SET claimed_by=NULL, released_at=? WHERE run_id=? AND"
-            " execution_id=? AND claimed_by=?",
+            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=?"
+            " WHERE run_id=? AND execution_id=? AND claimed_by=?",
             (now, run_id, execution_id, self.me),
         )
 
     def _claim(self, where: str, args: Sequence[object]) -> list[tuple[str, str]]:
         rows = self.c.execute(
-            f"UPDATE executions SET claimed_by=?, released_at=NULL WHERE {where}"
+            "UPDATE executions SET claimed_by=?, claim_epoch=claim_epoch+1, released_at=NULL"
+            f" WHERE {where}"
             " RETURNING run_id, execution_id",
             (self.me, *args),
         ).fetchall()
@@ -63,13 +64,25 @@ class SqliteClaims:
         )
         return [(r[0], r[1]) for r in rows]
 
+    def lost(self, held: Sequence[tuple[str, str, int]]) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for run_id, eid, epoch in held:
+            row = self.c.execute(
+                "SELECT 1 FROM executions WHERE run_id=? AND execution_id=? AND"
+                " (claimed_by IS NOT ? OR claim_epoch<>?)",
+                (run_id, eid, self.me, epoch),
+            ).fetchone()
+            if row is not None:
+                out.append((run_id, eid))
+        return sorted(out)
+
 
 class SqliteServers:
     def __init__(self, conn: sqlite3.Connection, server_id: str) -> None:
         self.c = conn
         self.me = server_id
 
-    def dead(self, now: float, lease_s: float) -> list[str]:
+    def dead(self, lease_s: float) -> list[str]:
         # only this process uses the file, so any other server is gone; the sentinel ""
         # stands for claims written before servers were recorded (or by a lost process)
         rows = self.c.execute(
@@ -175,12 +188,20 @@ class SqliteLocks:
             [(run_id, k, holder, self.me) for k in keys],
         )
 
+    def mine(self, run_id: str, holder: str) -> list[str]:
+        rows = self.c.execute(
+            "SELECT lock_key FROM attribute_locks WHERE run_id=? AND holder=? AND server_id=?",
+            (run_id, holder, self.me),
+        ).fetchall()
+        return sorted(r[0] for r in rows)
+
     def drop(self, run_id: str, key: str) -> None:
         self.c.execute("DELETE FROM attribute_locks WHERE run_id=? AND lock_key=?", (run_id, key))
 
     def release(self, run_id: str, holder: str) -> int:
         cur = self.c.execute(
-            "DELETE FROM attribute_locks WHERE run_id=? AND holder=?", (run_id, holder)
+            "DELETE FROM attribute_locks WHERE run_id=? AND holder=? AND server_id=?",
+            (run_id, holder, self.me),
         )
         return cur.rowcount
 

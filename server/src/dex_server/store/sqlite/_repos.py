@@ -11,9 +11,11 @@ from dex_server.store._records import (
     FlowRecord,
     PendingMessage,
     StoredValue,
+    claim,
     exec_decoder,
     flow_decoder,
     record_encoder,
+    with_claim,
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
@@ -125,25 +127,28 @@ class SqliteExecutions:
 
     def put(self, e: ExecRecord) -> None:
         ready = e.not_before if e.phase != "waiting" else None
+        claim(e, self.me)
         self.c.execute(
             "INSERT OR REPLACE INTO executions (run_id, execution_id, phase, data, ready_at,"
-            " claimed_by) VALUES (?,?,?,?,?,?)",
+            " claimed_by, claim_epoch) VALUES (?,?,?,?,?,?,?)",
             (
                 e.run_id,
                 e.execution_id,
                 e.phase,
                 record_encoder.encode(e),
                 ready,
-                self.me if ready is not None else None,
+                e.claimed_by,
+                e.claim_epoch,
             ),
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
         row = self.c.execute(
-            "SELECT data FROM executions WHERE run_id=? AND execution_id=?",
+            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND"
+            " execution_id=?",
             (run_id, execution_id),
         ).fetchone()
-        return exec_decoder.decode(row[0]) if row else None
+        return with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
         self.c.execute(
@@ -151,8 +156,10 @@ class SqliteExecutions:
         )
 
     def of_run(self, run_id: str) -> list[ExecRecord]:
-        rows = self.c.execute("SELECT data FROM executions WHERE run_id=?", (run_id,))
-        return [exec_decoder.decode(r[0]) for r in rows]
+        rows = self.c.execute(
+            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=?", (run_id,)
+        )
+        return [with_claim(exec_decoder.decode(r[0]), r[1], r[2]) for r in rows]
 
     def delete_run(self, run_id: str) -> None:
         self.c.execute("DELETE FROM executions WHERE run_id=?", (run_id,))
