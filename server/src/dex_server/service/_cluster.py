@@ -164,25 +164,23 @@ class Cluster:
         rt.apply(eff)
 
     async def sweep_fenced(self) -> None:
-        """Cancel the running attempts whose executions another server took over.
+        """Drop the attempts (queued or running) whose executions another server took over.
 
         This server was cut off or stalled for longer than the lease; the attempts' writes
-        would be refused anyway (see ``_steps._load``), so their Workers stop now.
+        would be refused anyway (see ``_steps._load``), so they are not sent, and running
+        ones are cancelled on their Workers.
         """
-        dispatcher = self.rt.dispatcher
-        running: dict[tuple[str, str], Envelope] = {}
-        for key in dispatcher.running:
-            env = dispatcher.by_exec.get(key)
-            if env is not None and env.claim_epoch is not None:
-                running[key] = env
-        if not running:
+        mine = {
+            k: env for k, env in self.rt.dispatcher.by_exec.items() if env.claim_epoch is not None
+        }
+        if not mine:
             return
-        held = [(k[0], k[1], env.claim_epoch or 0) for k, env in running.items()]
+        held = [(k[0], k[1], env.claim_epoch or 0) for k, env in mine.items()]
         lost = await self.store.run(lambda tx: tx.claims.lost(held))
         if lost:
-            log.warning("%d running attempts were taken over by another server", len(lost))
+            log.warning("%d attempts were taken over by another server; dropping them", len(lost))
         for key in lost:
-            self.rt.fenced(running[key])
+            self.rt.fenced(mine[key])
 
     def release(self, env: Envelope) -> None:
         """Give a ready execution no local Worker serves to the pool (other servers)."""
