@@ -6,8 +6,11 @@ Worker for the Flow type releases it to the pool and signals the other servers, 
 which claims it with ``FOR UPDATE SKIP LOCKED``. A server that stops heartbeating (or
 whose database session vanished) is dead: another server takes over its claims and
 applies the redelivery rule (durably started → the attempt fails; otherwise the same
-attempt again). Signals travel through the store (PostgreSQL ``LISTEN/NOTIFY``); every
-loop here also polls, so a lost signal only delays work.
+attempt again). Claims carry an epoch, and writes for an attempt check it, so a server
+that was only stalled or cut off commits nothing for what was taken from it; it drops
+those attempts and cancels them on its Workers (:meth:`Cluster.sweep_fenced`). Signals
+travel through the store (PostgreSQL ``LISTEN/NOTIFY``); every loop here also polls, so a
+lost signal only delays work.
 
 On a store one server owns (SQLite) there is no pool and no signal; takeover runs once at
 startup and turns every claim of a previous process into the restart rule.

@@ -5,7 +5,9 @@ When several servers share the store, a holder also records its keys in
 ``attribute_locks`` before it runs: a Step method attempt while its task is built, an RPC
 before its snapshot. Keys are taken all at once or not at all, under the run's row lock.
 A Step attempt's keys are freed in the transaction that commits its outcome; an RPC's when
-it ends; a dead server's by the server that takes it over. A row whose attempt no longer
+it ends; a dead server's by the server that takes it over. A server frees only keys held
+through itself: a redelivered attempt keeps its holder name, and the server it was taken
+from must not free the keys its new server took. A row whose attempt no longer
 exists (it was retried, cancelled or its Flow closed) is stale and is dropped by the next
 taker, so a lost release never blocks a key for good.
 
