@@ -8,7 +8,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from dex_server.store import FlowRecord, SchemaBehindError, StoreUnavailableError, Tx
+from dex._protocol import StepOptionsSpec
+from dex_server.store import (
+    ExecRecord,
+    FlowRecord,
+    SchemaBehindError,
+    StoreUnavailableError,
+    Tx,
+)
 from dex_server.store.postgres import PostgresStore, migrate
 from dex_server.testing import create_test_database, drop_test_database
 
@@ -129,3 +136,59 @@ async def test_a_killed_connection_fails_jobs_as_unavailable_then_reconnects(db_
     await store.run(_insert(3))  # a new connection
     assert await store.run(_count) == 2
     await store.close()
+
+
+async def test_every_change_of_a_claim_bumps_its_epoch_and_leases_use_the_database_clock(
+    db_url: str,
+) -> None:
+    a = PostgresStore(db_url, fsync=False, server_id="a")
+    b = PostgresStore(db_url, fsync=False, server_id="b")
+    a.open()
+    b.open()
+    try:
+        await a.run(_insert(1))
+        rec = ExecRecord(
+            run_id="r0001",
+            execution_id="S-1",
+            step_type="S",
+            from_execution_id="__start__",
+            phase="execute",
+            options=StepOptionsSpec(),
+            first_attempt_at=0.0,
+        )
+        await a.run(lambda tx: tx.executions.put(rec))
+
+        def claim_of(tx: Tx) -> tuple[str | None, int]:
+            e = tx.executions.get("r0001", "S-1")
+            assert e is not None
+            return e.claimed_by, e.claim_epoch
+
+        assert await a.run(claim_of) == ("a", 1)
+        # B takes A over: the claim and its epoch move on, and A learns it lost them
+        assert await b.run(lambda tx: tx.claims.claim_from(["a"])) == [("r0001", "S-1")]
+        assert await a.run(claim_of) == ("b", 2)
+        assert await a.run(lambda tx: tx.claims.lost([("r0001", "S-1", 1)])) == [("r0001", "S-1")]
+        assert await b.run(lambda tx: tx.claims.lost([("r0001", "S-1", 2)])) == []
+
+        # a job of A that makes it ready again claims it back, at a new epoch
+        def put_again(tx: Tx) -> None:
+            e = tx.executions.get("r0001", "S-1")
+            assert e is not None
+            tx.executions.put(e)
+
+        await a.run(put_again)
+        assert await b.run(claim_of) == ("a", 3)
+
+        # heartbeats are the database's time: a lease is judged by it alone
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT heartbeat_at - extract(epoch FROM clock_timestamp())::float8"
+                " FROM servers WHERE server_id='a'"
+            ).fetchone()
+            assert row is not None and abs(row[0]) < 5.0
+            assert await b.run(lambda tx: tx.servers.dead(15.0)) == []
+            admin.execute("UPDATE servers SET heartbeat_at = heartbeat_at - 20 WHERE server_id='a'")
+        assert await b.run(lambda tx: tx.servers.dead(15.0)) == ["a"]
+    finally:
+        await a.close()
+        await b.close()
