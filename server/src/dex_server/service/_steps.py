@@ -73,8 +73,10 @@ def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
 
     The fencing check: every write on behalf of an attempt loads it here first, in its own
     transaction, and raises :class:`FencedError` once the row's claim is no longer the one
-    the attempt was dispatched under. A takeover that races this transaction either
-    commits first (the check sees it) or waits for the Flow's row lock this job holds.
+    the attempt was dispatched under. A takeover racing this transaction needs the Flow's
+    row lock this job holds, so it cannot commit in between; if it claimed the row first,
+    this job's write of the row waits for it (a deadlock the database breaks, and the store
+    reruns the loser, which then sees the winner's claim).
     """
     flow = tx.flows.get(ref.run_id)
     if flow is None or flow.status != "running":
