@@ -340,15 +340,20 @@ async def test_retention_racing_new_runs_on_another_server_keeps_every_shared_bl
                 r = await ha.post(f"/v1/flows/{flow_id}/stop", content=stop)
                 assert r.status_code == 200, r.text
 
+            dangling: list[str] = []
+
             async def loop(k: int) -> None:
                 # each run is swept soon after it closes, while the other loops start new
                 # ones: the prompt's blob loses its last reference again and again
                 for n in range(rounds):
                     await start(f"f-{k}-{n}")
+                    # the next start would store a lost blob again: look while this run
+                    # is the one that references it
+                    dangling.extend(await asyncio.to_thread(dangling_blobs, db_url))
                     await close(f"f-{k}-{n}")
 
             await asyncio.gather(*map(loop, range(loops)))
-            assert dangling_blobs(db_url) == []
+            assert dangling == []
             # retention got to every run, and the blob went with the last one
             await until(lambda: _count(db_url, "flows") == 0, 60, "retention of every run")
             assert dangling_blobs(db_url) == []
@@ -369,7 +374,7 @@ def _count(url: str, table: str) -> int:
 async def test_a_reader_on_a_third_server_reads_every_message_two_servers_write(
     tmp_path: Path, db_url: str
 ) -> None:
-    per_writer = 150
+    per_writer, writers, readers = 60, 3, 4
     async with cluster(tmp_path, db_url, 3, fsync=False) as servers:
         https = [httpx.AsyncClient(base_url=s.url, timeout=60) for s in servers]
         try:
@@ -378,35 +383,41 @@ async def test_a_reader_on_a_third_server_reads_every_message_two_servers_write(
                 r = await http.post("/v1/flows", content=start_body(f"learn-{i}"))
                 assert r.status_code == 200, r.text
             path = f"/v1/streams/{SPEC.flow_type}/tokens/f-1"
+            written = {
+                f"{s}{w}-{n}" for s in "ab" for w in range(writers) for n in range(per_writer)
+            }
 
             async def write(http: httpx.AsyncClient, who: str) -> None:
+                # several writers per server: their appends share its transactions
                 for n in range(per_writer):
                     r = await http.post(path, content=stream_body(f"{who}-{n}"))
                     assert r.status_code == 200, r.text
 
-            seen: list[str] = []
-
-            async def read(http: httpx.AsyncClient) -> None:
+            async def read(http: httpx.AsyncClient) -> list[str]:
+                seen: list[str] = []
                 token = ""
-                while len(seen) < 2 * per_writer:
+                while len(seen) < len(written):
                     r = await http.get(
                         f"{path}/next", params={"resume_token": token, "timeout_s": 5}
                     )
                     msg = r.json().get("message")
                     if msg is None:
-                        return  # nothing more arrives: the rest were skipped
+                        break  # nothing more arrives: the rest were skipped
                     seen.append(msg["value"])
                     token = msg["resume_token"]
+                return seen
 
-            reader = asyncio.create_task(read(https[2]))
-            await asyncio.gather(write(https[0], "a"), write(https[1], "b"))
-            await asyncio.wait_for(reader, 60)
+            reading = [asyncio.create_task(read(https[2])) for _ in range(readers)]
+            await asyncio.gather(
+                *(write(https[i], f"{s}{w}") for i, s in enumerate("ab") for w in range(writers))
+            )
+            seens = await asyncio.wait_for(asyncio.gather(*reading), 120)
         finally:
             for http in https:
                 await http.aclose()
-    written = {f"{w}-{n}" for w in "ab" for n in range(per_writer)}
-    assert len(seen) == len(set(seen)), "a message was read twice"
-    assert set(seen) == written, f"skipped: {sorted(written - set(seen))[:10]}"
+    for seen in seens:
+        assert len(seen) == len(set(seen)), "a message was read twice"
+        assert set(seen) == written, f"skipped: {sorted(written - set(seen))[:10]}"
 
 
 # ---------------------------------------------------------------- in-process bookkeeping
