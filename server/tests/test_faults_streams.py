@@ -424,9 +424,14 @@ async def test_a_reader_on_a_third_server_reads_every_message_two_servers_write(
 
 
 @contextlib.asynccontextmanager
-async def in_process(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[str, Runtime]]:
-    """The real app under uvicorn on this event loop: ``(address, runtime)``."""
-    with fresh_database() as url:
+async def in_process(
+    tmp_path: Path, database_url: str | None = None, **overrides: Any
+) -> AsyncIterator[tuple[str, Runtime]]:
+    """The real app under uvicorn on this event loop: ``(address, runtime)``.
+
+    On ``database_url`` if given, else on the selected database.
+    """
+    with fresh_database() if database_url is None else contextlib.nullcontext(database_url) as url:
         config = ServerConfig(
             database_path=None if url else tmp_path / "dex.sqlite3",
             database_url=url,
@@ -548,3 +553,36 @@ async def test_rpc_gates_are_freed_when_no_rpc_uses_them(tmp_path: Path) -> None
         await asyncio.gather(*(rpc(fid, n) for fid in ids for n in range(2)))
         await asyncio.gather(*(rpc(ids[0], n) for n in range(6)))
         assert rt._rpc_gates == {}
+
+
+@needs_pg
+async def test_an_rpc_cancelled_while_it_frees_its_keys_leaves_its_run_usable(
+    tmp_path: Path, db_url: str
+) -> None:
+    answer = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def slow(w: RawWorker, t: Task) -> TaskResult | None:
+        if t.kind == "rpc":
+            asked.set()
+            await answer.wait()
+        return await chat(w, t)
+
+    async with (
+        in_process(tmp_path, db_url) as (addr, rt),
+        RawWorker(addr, [SPEC], slow),
+        httpx.AsyncClient(base_url=f"http://{addr}", timeout=60) as http,
+    ):
+        assert (await http.post("/v1/flows", content=start_body("f-1"))).status_code == 200
+        call = asyncio.create_task(rt.invoke_rpc("f-1", InvokeRpcRequest(rpc_name="say")))
+        await until(asked.is_set, 30, "the Worker to get the RPC")
+        # the caller goes away, and is cancelled again at every step of its cleanup (on
+        # PostgreSQL that cleanup waits for the store to free the run's commit hold)
+        while not call.done():
+            call.cancel()
+            await asyncio.sleep(0)
+        answer.set()
+        assert rt._rpc_gates == {}
+        body = encoder.encode(InvokeRpcRequest(rpc_name="say", input=raw(1)))
+        r = await asyncio.wait_for(http.post("/v1/flows/f-1/rpc", content=body), 30)
+        assert r.status_code == 200 and r.json() == {"output": True}, r.text

@@ -504,16 +504,20 @@ class Runtime:
                 self.apply(eff)
             return result.rpc_output
         finally:
-            if in_store and holder is not None:
-                await self._release_rpc(run_id, holder)
-            self.dispatcher.release_locks(env)
-            if gate is not None and gated:
-                hold = self._commit_holds.pop(run_id, None)
-                if hold is not None:
-                    hold.set()
-                gate.release()
-            if gate is not None:
-                self._leave_gate(run_id)
+            try:
+                if in_store and holder is not None:
+                    await self._release_rpc(run_id, holder)
+            finally:
+                # also when the caller is cancelled while the store frees the keys: the
+                # run's gate and its entry must not stay behind
+                self.dispatcher.release_locks(env)
+                if gate is not None and gated:
+                    hold = self._commit_holds.pop(run_id, None)
+                    if hold is not None:
+                        hold.set()
+                    gate.release()
+                if gate is not None:
+                    self._leave_gate(run_id)
 
     async def _release_rpc(self, run_id: str, holder: str) -> None:
         try:
