@@ -2,13 +2,15 @@
 
 Streams do not survive a server restart: they are a live channel for progress (tokens,
 events), not durable state. Each stream is trimmed, oldest first, to its declared
-``stream_capacity_bytes``. Resume tokens are increasing sequence numbers (as strings).
+``stream_capacity_bytes``, and freed when retention deletes its Flow. Resume tokens are
+increasing sequence numbers (as strings).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -41,17 +43,38 @@ def _wire(m: _Msg) -> StreamMessageWire:
 
 
 class StreamHub:
-    """All Streams of this server process."""
+    """All Streams of this server process.
+
+    A Stream lives from its first write (or while a reader waits on it) until retention
+    deletes its Flow (:meth:`drop_flow`); a long poll leaves nothing behind when it ends.
+    """
 
     def __init__(self) -> None:
         self._streams: dict[tuple[str, str, str], _Stream] = {}
+        # (flow_type, flow_id) -> its Streams' names, so retention frees them without a scan
+        self._by_flow: dict[tuple[str, str], set[str]] = {}
 
     def _get(self, key: tuple[str, str, str], capacity: int) -> _Stream:
         s = self._streams.get(key)
         if s is None:
             s = self._streams[key] = _Stream(capacity)
+            self._by_flow.setdefault((key[0], key[2]), set()).add(key[1])
         s.capacity = capacity
         return s
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        s = self._streams.pop(key, None)
+        if s is None:
+            return
+        names = self._by_flow.get((key[0], key[2]))
+        if names is not None:
+            names.discard(key[1])
+            if not names:
+                del self._by_flow[(key[0], key[2])]
+        # readers waiting on it look again (and find a new, empty Stream)
+        for w in s.waiters:
+            if not w.done():
+                w.set_result(None)
 
     def write(self, key: tuple[str, str, str], capacity: int, value: bytes, source: str) -> None:
         s = self._get(key, capacity)
@@ -77,26 +100,47 @@ class StreamHub:
         self, key: tuple[str, str, str], capacity: int, resume_token: str, timeout_s: float
     ) -> StreamMessageWire | None:
         token = int(resume_token) if resume_token else 0
-        s = self._get(key, capacity)
         deadline = time.monotonic() + timeout_s
         while True:
-            m = self._after(s, token)
+            s = self._streams.get(key)
+            m = self._after(s, token) if s is not None else None
             if m is not None:
                 return _wire(m)
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
+            s = self._get(key, capacity)
             fut = asyncio.get_running_loop().create_future()
             s.waiters.append(fut)
             try:
                 await asyncio.wait_for(fut, left)
             except TimeoutError:
                 return None
+            finally:
+                with contextlib.suppress(ValueError):
+                    s.waiters.remove(fut)
+                # a Stream nobody wrote exists only for its waiting readers
+                if not s.msgs and not s.waiters and self._streams.get(key) is s:
+                    self._forget(key)
+
+    def drop_flow(self, flow_type: str, flow_id: str) -> None:
+        """Free the Streams of a Flow that retention deleted."""
+        for name in list(self._by_flow.get((flow_type, flow_id), ())):
+            self._forget((flow_type, name, flow_id))
+
+    def stats(self) -> dict[str, int]:
+        """Sizes of this process's bookkeeping: ``streams`` kept, ``waiters`` (long polls)."""
+        return {
+            "streams": len(self._streams),
+            "waiters": sum(len(s.waiters) for s in self._streams.values()),
+        }
 
     def list(
         self, key: tuple[str, str, str], capacity: int, page_size: int, before: str
     ) -> tuple[list[StreamMessageWire], str | None]:
-        s = self._get(key, capacity)
+        s = self._streams.get(key)
+        if s is None:
+            return [], None
         limit = int(before) if before else s.seq + 1
         older = [m for m in reversed(s.msgs) if m.seq < limit]
         page = older[:page_size]

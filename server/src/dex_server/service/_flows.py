@@ -395,13 +395,18 @@ def _movement(m: Movement) -> dict[str, Any]:
     return {"stepType": m.step_type, "input": m.input}
 
 
-def sweep(tx: Tx, now: float, limit: int = 200) -> list[str]:
-    """Delete closed runs past their retention with their state, history and blobs."""
-    runs = tx.flows.due_for_deletion(now, limit)
-    for run_id in runs:
+def sweep(tx: Tx, now: float, limit: int = 200) -> list[tuple[str, str]]:
+    """Delete closed runs past their retention with their state, history and blobs.
+
+    Returns the ``(flow_type, flow_id)`` of the deleted runs that were their Flow's latest:
+    their Streams go too (here for Streams in the store; the caller frees in-memory ones).
+    """
+    gone: list[tuple[str, str]] = []
+    for run_id in tx.flows.due_for_deletion(now, limit):
         flow = tx.flows.get(run_id)
         if flow is not None and tx.flows.latest(flow.flow_id) == flow:
             tx.streams.delete_flow(flow.flow_type, flow.flow_id)
+            gone.append((flow.flow_type, flow.flow_id))
         tx.state.delete_run(run_id)
         tx.channels.delete_run(run_id)
         tx.executions.delete_run(run_id)
@@ -410,4 +415,4 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[str]:
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
         tx.flows.delete(run_id)
-    return runs
+    return gone

@@ -90,7 +90,9 @@ class Runtime:
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._rpc_gates: dict[str, asyncio.Lock] = {}
+        # run_id -> (gate, callers using it): a transactional RPC passes its run's gate; the
+        # entry goes with the last caller, so the dict holds only runs with RPCs in progress
+        self._rpc_gates: dict[str, tuple[asyncio.Lock, int]] = {}
         self._commit_holds: dict[str, asyncio.Event] = {}
         self._unlocked = asyncio.Event()
 
@@ -439,6 +441,18 @@ class Runtime:
             return False
         return True
 
+    def _enter_gate(self, run_id: str) -> asyncio.Lock:
+        gate, users = self._rpc_gates.get(run_id) or (asyncio.Lock(), 0)
+        self._rpc_gates[run_id] = (gate, users + 1)
+        return gate
+
+    def _leave_gate(self, run_id: str) -> None:
+        gate, users = self._rpc_gates[run_id]
+        if users > 1:
+            self._rpc_gates[run_id] = (gate, users - 1)
+        else:
+            del self._rpc_gates[run_id]
+
     async def invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> msgspec.Raw | None:
         flow, task, transactional, locks, timeout = await self.store.run(
             lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
@@ -463,7 +477,7 @@ class Runtime:
         # with several servers the keys and the commit hold are also taken in the store
         holder = _locks.rpc_holder(uuid.uuid4().hex) if self.shared else None
         in_store = False
-        gate = self._rpc_gates.setdefault(run_id, asyncio.Lock()) if transactional else None
+        gate = self._enter_gate(run_id) if transactional else None
         gated = False
         try:
             if holder is not None and locks:
@@ -525,14 +539,20 @@ class Runtime:
                 self.apply(eff)
             return result.rpc_output
         finally:
-            if in_store and holder is not None:
-                await self._release_rpc(run_id, holder)
-            self.dispatcher.release_locks(env)
-            if gate is not None and gated:
-                hold = self._commit_holds.pop(run_id, None)
-                if hold is not None:
-                    hold.set()
-                gate.release()
+            try:
+                if in_store and holder is not None:
+                    await self._release_rpc(run_id, holder)
+            finally:
+                # also when the caller is cancelled while the store frees the keys: the
+                # run's gate and its entry must not stay behind
+                self.dispatcher.release_locks(env)
+                if gate is not None and gated:
+                    hold = self._commit_holds.pop(run_id, None)
+                    if hold is not None:
+                        hold.set()
+                    gate.release()
+                if gate is not None:
+                    self._leave_gate(run_id)
 
     async def _release_rpc(self, run_id: str, holder: str) -> None:
         try:
@@ -639,7 +659,9 @@ class Runtime:
     async def _retention_loop(self) -> None:
         while True:
             try:
-                await self.store.run(lambda tx: _flows.sweep(tx, time.time()))
+                gone = await self.store.run(lambda tx: _flows.sweep(tx, time.time()))
+                for flow_type, flow_id in gone:
+                    self.streams.drop_flow(flow_type, flow_id)
             except Exception:
                 log.exception("retention sweep failed")
             await asyncio.sleep(self.config.retention_sweep_interval_s)

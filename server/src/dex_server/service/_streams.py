@@ -77,14 +77,34 @@ class StoreStreams:
         while True:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(name, []).append(fut)
-            row = await self.store.read(lambda tx: tx.streams.after(key, token))
-            if row is not None:
-                return _wire(row)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, min(left, _POLL_S))
+            try:
+                row = await self.store.read(lambda tx: tx.streams.after(key, token))
+                if row is not None:
+                    return _wire(row)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, min(left, _POLL_S))
+            finally:
+                # a read that ends (found, timed out, cancelled) leaves nothing behind
+                self._unwait(name, fut)
+
+    def _unwait(self, name: str, fut: asyncio.Future[None]) -> None:
+        waiters = self._waiters.get(name)
+        if waiters is None:
+            return
+        with contextlib.suppress(ValueError):
+            waiters.remove(fut)
+        if not waiters:
+            del self._waiters[name]
+
+    def drop_flow(self, flow_type: str, flow_id: str) -> None:
+        """Retention deleted the Flow's messages in the store itself: nothing to free."""
+
+    def stats(self) -> dict[str, int]:
+        """Sizes of this process's bookkeeping: ``waiters`` (long polls in progress)."""
+        return {"waiters": sum(len(w) for w in self._waiters.values())}
 
     async def list_page(
         self, key: StreamKey, capacity: int, page_size: int, before: str

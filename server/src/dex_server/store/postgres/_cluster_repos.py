@@ -208,10 +208,19 @@ class PgRpcCalls(_Repo):
         )
 
 
+# first key of the Streams' advisory locks (the second is the Stream's name hashed)
+_STREAM_LOCKS = 0x0D5E
+
+
 class PgStreams(_Repo):
     def append(
         self, key: tuple[str, str, str], source: str, value: bytes, now: float, capacity: int
     ) -> int:
+        # Sequence numbers come from one identity, drawn at INSERT: two servers' appends to
+        # one Stream could commit out of order, and a reader that saw the later one would
+        # resume past the earlier. Under the Stream's lock (held to COMMIT) they commit in
+        # the order of their numbers.
+        self.run("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_STREAM_LOCKS, "\t".join(key)))
         row = self.row(
             "INSERT INTO stream_messages (flow_type, stream, flow_id, source, created_at, value)"
             " VALUES (%s,%s,%s,%s,%s,%s) RETURNING seq",

@@ -405,10 +405,26 @@ class PgHistory(_Repo):
 
 
 class PgBlobs(_Repo):
+    """Blobs shared by every run that stores the same large value, on several servers.
+
+    A writer that references a blob holds a ``FOR KEY SHARE`` lock on its row until it
+    commits; retention takes ``FOR UPDATE`` on the rows it may delete and only then, in a
+    new statement (a new snapshot), checks for references. So a blob is never deleted
+    under a transaction that is about to commit a reference to it: retention waits for it
+    and sees the reference, or the writer waits for retention and inserts the blob again.
+    """
+
     def put(self, hash_: str, data: bytes) -> None:
-        self.run(
-            "INSERT INTO blobs (hash, data) VALUES (%s,%s) ON CONFLICT DO NOTHING", (hash_, data)
-        )
+        while True:
+            if self.row("SELECT 1 FROM blobs WHERE hash=%s FOR KEY SHARE", (hash_,)):
+                return
+            # a row this transaction inserts is its own until it commits
+            if self.row(
+                "INSERT INTO blobs (hash, data) VALUES (%s,%s) ON CONFLICT DO NOTHING RETURNING 1",
+                (hash_, data),
+            ):
+                return
+            # another transaction inserted it meanwhile: lock that row
 
     def get(self, hash_: str) -> bytes | None:
         row = self.row("SELECT data FROM blobs WHERE hash=%s", (hash_,))
@@ -422,12 +438,14 @@ class PgBlobs(_Repo):
 
     def release_run(self, run_id: str) -> int:
         """Drop the run's references and every blob nothing references any more."""
-        hashes = [
+        hashes = sorted(
             str(r[0])
             for r in self.rows("DELETE FROM blob_refs WHERE run_id=%s RETURNING hash", (run_id,))
-        ]
+        )
         if not hashes:
             return 0
+        # wait for the writers referencing these blobs, then look with a fresh snapshot
+        self.rows("SELECT hash FROM blobs WHERE hash = ANY(%s) ORDER BY hash FOR UPDATE", (hashes,))
         deleted = self.rows(
             "DELETE FROM blobs b WHERE b.hash = ANY(%s) AND NOT EXISTS"
             " (SELECT 1 FROM blob_refs r WHERE r.hash=b.hash) RETURNING 1",
