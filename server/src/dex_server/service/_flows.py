@@ -31,6 +31,7 @@ from dex_server.engine import (
 )
 from dex_server.engine import history as hist
 from dex_server.engine.ids import new_uuid7
+from dex_server.service import _locks
 from dex_server.service._common import (
     Effects,
     LimitError,
@@ -324,13 +325,23 @@ def rpc_commit(
     result: TaskResult,
     transactional: bool,
     now: float,
+    *,
+    holder: str | None = None,
 ) -> Effects:
+    """Commit an RPC's effects; ``holder`` is the commit hold of a transactional RPC.
+
+    Raises:
+        CommitHeldError: another transactional RPC holds the run (commit after it).
+
+    """
     eff = Effects()
     flow = tx.flows.get(run_id)
     if flow is None or flow.status != "running":
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, "the Flow is not running; the RPC's effects were not applied"
         )
+    if flow.commit_hold is not None and flow.commit_hold != holder:
+        raise _locks.CommitHeldError(flow.commit_hold)
     idx = specs.require(flow.flow_type)
     check_result_limits(tx, limits, flow, result)
     if transactional:
