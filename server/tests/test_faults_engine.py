@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import msgspec
 from dex._protocol import (
+    AttributeRangeSpec,
+    AttributeValuesWire,
     ConditionSpec,
     DecisionSpec,
     ErrorInfo,
@@ -24,6 +26,8 @@ from dex._protocol import (
     HeartbeatAck,
     InvokeRpcRequest,
     Movement,
+    Publish,
+    ReadAttributesRequest,
     RetryPolicySpec,
     RpcSpec,
     StartFlowRequest,
@@ -399,3 +403,68 @@ def _committed(http: httpx.AsyncClient, flow_id: str, eid: str) -> Callable[[], 
         return ("StepExecuteCompleted", eid) in await history_types(http, flow_id)
 
     return probe
+
+
+# --------------------------------------------------------------------------- committed reads
+
+READS = FlowSpec(
+    flow_type="Reads",
+    start_step="A",
+    steps=[StepSpec(step_type="A")],
+    state=[
+        StateDecl(name="big", kind="attribute"),
+        StateDecl(name="log", kind="attribute_map"),
+        StateDecl(name="inbox", kind="channel"),
+    ],
+)
+BIG = "b" * 5000  # above the 2 KiB blob threshold: stored as a blob
+
+
+async def test_committed_attributes_are_read_without_a_worker(tmp_path: Path) -> None:
+    async def write_state(w: RawWorker, t: Task) -> TaskResult | None:
+        writes: dict[str, msgspec.Raw | None] = {"big": raw(BIG)}
+        writes.update({f"log/{k:03d}": raw(k) for k in range(1, 6)})
+        return TaskResult(
+            task_id=t.task_id,
+            attribute_writes=writes,
+            publishes=[Publish(channel="inbox", value=raw("m"))],
+            decision=DecisionSpec(kind="dead_end"),
+        )
+
+    async with running_server(tmp_path) as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        async with RawWorker(srv.address, [READS], write_state):
+            await start(http, READS, "reads")
+            await until("A committed", _committed(http, "reads", "A-1"))
+        # the Worker is gone: committed values are still readable
+
+        async def read(**fields: Any) -> httpx.Response:
+            body = encoder.encode(ReadAttributesRequest(**fields))
+            return await http.post("/v1/flows/reads/attributes", content=body)
+
+        r = await read(
+            names=["big", "log/001", "nothing"],
+            ranges=[AttributeRangeSpec(map="log", start="log/003", end="log/005")],
+        )
+        assert r.status_code == 200, r.text
+        got = msgspec.json.decode(r.content, type=AttributeValuesWire)
+        assert got.info.status == "running"
+        decoded = {k: msgspec.json.decode(v) for k, v in got.values.items()}
+        assert decoded == {"big": BIG, "log/001": 1, "log/003": 3, "log/004": 4}
+        assert got.channel_sizes == {"inbox": 1}
+
+        r = await read(maps=["log"], ranges=[AttributeRangeSpec(map="log", limit=2)])
+        got = msgspec.json.decode(r.content, type=AttributeValuesWire)
+        assert sorted(got.values) == [f"log/{k:03d}" for k in range(1, 6)]
+
+        bad_requests: list[tuple[dict[str, Any], str]] = [
+            ({"maps": ["big"]}, "declares no AttributeMap 'big'"),
+            ({"ranges": [AttributeRangeSpec(map="log", limit=0)]}, "at least 1"),
+            ({"ranges": [AttributeRangeSpec(map="log", start="big")]}, "outside AttributeMap"),
+        ]
+        for bad, message in bad_requests:
+            r = await read(**bad)
+            assert r.status_code == 400 and message in r.json()["message"], r.text
+        r = await http.post("/v1/flows/unknown/attributes", content=b"{}")
+        assert r.status_code == 404 and r.json()["code"] == "FLOW_NOT_FOUND"
+        r = await http.post("/v1/flows/reads/attributes", content=b'{"names": 3}')
+        assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
