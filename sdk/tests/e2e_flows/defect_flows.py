@@ -6,9 +6,21 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from dex import Context, Flow, RetryPolicy, Step, StepDecision, StepList, StepOptions
+from dex import (
+    Attribute,
+    Context,
+    Flow,
+    PersistenceSchema,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepList,
+    StepOptions,
+    rpc,
+)
 
 from tests.e2e_flows.common import append_log
+from tests.support import FileGate
 
 
 class FanOutToNothing(Step[str]):
@@ -27,5 +39,40 @@ class EmptyFanOut(Flow[str]):
         return StepList.start_step(FanOutToNothing())
 
 
+COUNT = Attribute("count", int)
+
+
+class Idle(Step[str]):
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return StepDecision.dead_end()
+
+
+class HeldCounter(Flow[str]):
+    """``add_one`` adds 1 to ``count`` after parking at gate ``<flow_id>-txn``."""
+
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Idle())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(COUNT)
+
+    @rpc(is_transactional=True)
+    async def add_one(self, context: Context) -> int:
+        n = COUNT.get(context) or 0
+        await FileGate.from_env(f"{context.flow_id}-txn").async_pass_through()
+        COUNT.set(context, n + 1)
+        return n
+
+    @rpc
+    def set_to(self, context: Context, input: int) -> None:
+        append_log(context.flow_id, f"set_to {input}")
+        COUNT.set(context, input)
+
+    @rpc
+    def read(self, context: Context) -> int:
+        return COUNT.get(context) or 0
+
+
 EMPTY_FAN_OUT = EmptyFanOut()
-FLOWS: list[Flow[Any]] = [EMPTY_FAN_OUT]
+HELD_COUNTER = HeldCounter()
+FLOWS: list[Flow[Any]] = [EMPTY_FAN_OUT, HELD_COUNTER]
