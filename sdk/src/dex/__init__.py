@@ -135,7 +135,14 @@ from dex._client import (
     StreamMessage,
     StreamMessagesPage,
 )
-from dex._protocol import FlowStateWire, HealthResponse, HistoryPage
+from dex._protocol import (
+    AttributeRangeSpec,
+    AttributeValuesWire,
+    FlowStateWire,
+    HealthResponse,
+    HistoryPage,
+    ReadAttributesRequest,
+)
 from dex._worker import (
     AsyncWorker,
     PullWorkerOptions,
@@ -147,6 +154,8 @@ from dex._worker import (
 __all__ += [
     "AsyncClient",
     "AsyncWorker",
+    "AttributeRangeSpec",
+    "AttributeValuesWire",
     "BlobCache",
     "BlobCacheConfig",
     "Client",
@@ -162,6 +171,7 @@ __all__ += [
     "IdReusePolicy",
     "PullWorkerOptions",
     "RPCInvokeOptions",
+    "ReadAttributesRequest",
     "StartFlowOptions",
     "StopFlowOptions",
     "StopType",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from dex.errors import InvalidStepResultError
+
 if TYPE_CHECKING:
     from dex._options import StepOptions
     from dex._step import Step
@@ -38,8 +40,10 @@ class StepMovement:
 class StepDecision:
     """What happens after ``execute``. Build it with the factories.
 
-    A decision naming a Step class that is not in the Flow fails the attempt with
-    ``InvalidStepResultError`` (not retried); nothing of that attempt is committed.
+    A decision naming a Step class that is not in the Flow, or a ``go_to_many()`` with no
+    movement, fails the attempt with ``InvalidStepResultError`` (not retried; the Flow
+    fails with ``INVALID_USER_FLOW_CODE`` unless the Step has a failure route); nothing of
+    that attempt is committed.
     """
 
     kind: DecisionKind
@@ -56,7 +60,18 @@ class StepDecision:
 
     @staticmethod
     def go_to_many(*movements: StepMovement) -> StepDecision:
-        """Schedule several Steps in parallel (each movement with its own input/options)."""
+        """Schedule several Steps in parallel (each movement with its own input/options).
+
+        Raises:
+            InvalidStepResultError: no movement (end a branch with ``dead_end()``). Raised
+                in ``execute``, it fails the attempt as invalid user code (not retried).
+            TypeError: a value that is not a ``StepMovement``.
+
+        """
+        if not movements:
+            raise InvalidStepResultError(
+                "go_to_many() needs at least one StepMovement; use dead_end() to end a branch"
+            )
         for m in movements:
             if not isinstance(m, StepMovement):
                 raise TypeError(f"go_to_many takes StepMovement.of(...) values, got {m!r}")

@@ -468,6 +468,45 @@ class FlowStateWire(Struct, kw_only=True, omit_defaults=True):
     attribute_names: list[str] = []
 
 
+class AttributeRangeSpec(Struct, kw_only=True, omit_defaults=True):
+    """Instances of one AttributeMap with ``start <= physical name < end``, in name order.
+
+    ``start`` / ``end`` are physical names (``"<map>/<URL-quoted key>"``), ``None`` for an
+    open bound; ``limit`` caps the instances (``None``: all, else at least 1).
+    """
+
+    map: str
+    start: str | None = None
+    end: str | None = None
+    limit: int | None = None
+
+
+class ReadAttributesRequest(Struct, kw_only=True, omit_defaults=True):
+    """Which committed Attribute values of a Flow to read (``Client.read_attributes``).
+
+    ``names``: Attributes and map instances by physical name; ``maps``: every instance of
+    these AttributeMaps; ``ranges``: key ranges of AttributeMaps; ``run_id``: a run of the
+    Flow ID (default: the latest).
+    """
+
+    names: list[str] = []
+    maps: list[str] = []
+    ranges: list[AttributeRangeSpec] = []
+    run_id: str = ""
+
+
+class AttributeValuesWire(Struct, kw_only=True, omit_defaults=True):
+    """Committed values of one run, read in one store transaction, without a Worker.
+
+    ``values`` maps physical names to their JSON (blob references resolved); names without
+    a value are left out. ``channel_sizes`` counts every Channel's pending messages.
+    """
+
+    info: FlowInfoWire
+    values: dict[str, Raw] = {}
+    channel_sizes: dict[str, int] = {}
+
+
 class StreamWriteRequest(Struct, kw_only=True):
     source: str
     value: Raw

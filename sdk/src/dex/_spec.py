@@ -240,6 +240,10 @@ def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
             f"{decision!r:.100}"
         )
     d: StepDecision = decision
+    if d.kind == "go_to" and not d.movements:
+        raise InvalidStepResultError(
+            "a go_to decision needs at least one StepMovement; use dead_end() to end a branch"
+        )
     output = None
     if d.output is not None:
         output = Raw(ANY_CODEC.encode(d.output))

@@ -10,6 +10,7 @@ from dex import Registry
 
 from tests.e2e_flows import (
     crash_flows,
+    defect_flows,
     error_flows,
     lifecycle_flows,
     read_flows,
@@ -33,6 +34,7 @@ def all_flows() -> Registry:
             *error_flows.FLOWS,
             *lifecycle_flows.FLOWS,
             *read_flows.FLOWS,
+            *defect_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -24,6 +24,7 @@ from dex._client._types import (
     StreamMessagesPage,
 )
 from dex._protocol import (
+    AttributeValuesWire,
     ErrorCode,
     FlowInfoWire,
     FlowListResponse,
@@ -35,6 +36,7 @@ from dex._protocol import (
     InvokeRpcRequest,
     InvokeRpcResponse,
     LoadSpec,
+    ReadAttributesRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -284,6 +286,37 @@ class AsyncClient:
         """
         return await self._http.call(
             "GET", f"/v1/flows/{_Q(flow_id)}/state", FlowStateWire, flow_id=flow_id
+        )
+
+    async def read_attributes(
+        self, flow_id: str, request: ReadAttributesRequest
+    ) -> AttributeValuesWire:
+        """Read committed Attribute values of a Flow straight from the store (no Worker).
+
+        Use it to show a Flow's state while its Workers are down (a deploy, say), where an
+        RPC would wait for a Worker. The answer is the committed state of one run at one
+        moment (all of it read in one store transaction), values as JSON by physical name
+        (``"<map>/<URL-quoted key>"`` for map instances), blob references resolved, and
+        every Channel's pending count. Also works for closed Flows within retention.
+        Safe to call concurrently; it changes nothing.
+
+        Args:
+            flow_id: the Flow.
+            request: the names, whole AttributeMaps and key ranges to read, and optionally
+                a ``run_id`` (default: the latest run).
+
+        Raises:
+            FlowNotFoundError: no such Flow (or run).
+            BadRequestError: a map the Flow type does not declare, a bad range.
+
+        """
+        return await self._http.call(
+            "POST",
+            f"/v1/flows/{_Q(flow_id)}/attributes",
+            AttributeValuesWire,
+            body=request,
+            flow_id=flow_id,
+            idempotent=True,
         )
 
     # ------------------------------------------------------------------ RPC

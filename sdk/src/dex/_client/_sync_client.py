@@ -23,7 +23,13 @@ from dex._client._types import (
     StreamMessage,
     StreamMessagesPage,
 )
-from dex._protocol import FlowStateWire, HealthResponse, HistoryPage
+from dex._protocol import (
+    AttributeValuesWire,
+    FlowStateWire,
+    HealthResponse,
+    HistoryPage,
+    ReadAttributesRequest,
+)
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -141,6 +147,10 @@ class Client:
     def get_flow_state(self, flow_id: str) -> FlowStateWire:
         """Snapshot a Flow's state; see ``AsyncClient.get_flow_state``."""
         return self._call(self._async.get_flow_state(flow_id))
+
+    def read_attributes(self, flow_id: str, request: ReadAttributesRequest) -> AttributeValuesWire:
+        """Read committed Attribute values; see ``AsyncClient.read_attributes``."""
+        return self._call(self._async.read_attributes(flow_id, request))
 
     def invoke_rpc(
         self,

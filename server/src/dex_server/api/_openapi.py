@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 from dex._protocol import (
     ApiError,
+    AttributeValuesWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -16,6 +17,7 @@ from dex._protocol import (
     HistoryPage,
     InvokeRpcRequest,
     InvokeRpcResponse,
+    ReadAttributesRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -26,6 +28,7 @@ from dex._protocol import (
 
 _TYPES: list[Any] = [
     ApiError,
+    AttributeValuesWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -34,6 +37,7 @@ _TYPES: list[Any] = [
     HistoryPage,
     InvokeRpcRequest,
     InvokeRpcResponse,
+    ReadAttributesRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -48,6 +52,13 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
     ("get", "/v1/flows", None, "FlowListResponse", "List Flows, newest first"),
     ("get", "/v1/flows/{flow_id}", None, "FlowInfoWire", "Describe the latest run"),
     ("get", "/v1/flows/{flow_id}/state", None, "FlowStateWire", "Active Steps and state names"),
+    (
+        "post",
+        "/v1/flows/{flow_id}/attributes",
+        "ReadAttributesRequest",
+        "AttributeValuesWire",
+        "Read committed Attribute values (no Worker needed)",
+    ),
     ("get", "/v1/flows/{flow_id}/result", None, "FlowResultWire", "Long-poll the result"),
     ("post", "/v1/flows/{flow_id}/rpc", "InvokeRpcRequest", "InvokeRpcResponse", "Invoke an RPC"),
     ("post", "/v1/flows/{flow_id}/stop", "StopFlowRequest", None, "Stop a running Flow"),

@@ -13,6 +13,7 @@ from dex._protocol import (
     HealthResponse,
     InvokeRpcRequest,
     InvokeRpcResponse,
+    ReadAttributesRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -219,6 +220,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         Route("/v1/flows", g(list_flows), methods=["GET"]),
         Route("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
         Route("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
+        _attributes_route(runtime),
         Route("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
         Route("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
         Route("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
@@ -227,6 +229,20 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         Route("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
         WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
+
+
+def _attributes_route(runtime: Runtime) -> BaseRoute:
+    limit = runtime.config.max_request_bytes
+
+    async def attributes(request: Request) -> Response:
+        fid = request.path_params["flow_id"]
+        req = await _body(request, ReadAttributesRequest, limit)
+        # committed values only: no Worker, and off the writer
+        return _json(
+            await runtime.store.read(lambda tx: _flows.read_attributes(tx, runtime.specs, fid, req))
+        )
+
+    return Route("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
 
 
 def _stream_routes(runtime: Runtime) -> list[BaseRoute]:

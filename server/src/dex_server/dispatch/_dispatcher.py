@@ -150,6 +150,8 @@ class Dispatcher:
         task_id = uuid.uuid4().hex
         env.task.task_id = task_id
         env.task.attempt = env.attempt if env.kind != "rpc" else 1
+        if env.kind != "rpc" and env.attempt == 1:
+            env.task.first_attempt_at = now  # the retry window opens now (see fail_attempt)
         env.task.deadline = now + env.timeout_s
         env.started_at = now
         inflight = InFlight(

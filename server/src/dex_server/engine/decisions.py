@@ -12,7 +12,10 @@ from dex_server.engine.ids import format_execution_id
 
 
 class InvalidDecisionError(Exception):
-    """A handler result names a Step type the Flow does not define (INVALID_USER_FLOW_CODE)."""
+    """A handler result is invalid (INVALID_USER_FLOW_CODE).
+
+    It names a Step type the Flow does not define, or is a ``go_to`` with no movement.
+    """
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +157,9 @@ def plan_decision(
     )
     output = bytes(decision.output) if decision.output is not None else None
     if decision.kind == "go_to":
+        if not decision.movements:
+            # not a dead end: a Flow would stay running with nothing active and no owner
+            raise InvalidDecisionError("a go_to decision names no Step to go to")
         new, counters = plan_movements(
             decision.movements,
             from_execution_id=current.execution_id,

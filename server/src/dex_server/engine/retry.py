@@ -42,6 +42,8 @@ def decide_retry(
 
     No retry when the error is non-retryable, when ``maximum_attempts`` is reached, or
     when the next attempt would start after ``first_attempt_at + total_duration_s``.
+    ``first_attempt_at`` is when the phase's first attempt started (was dispatched), not
+    when its execution was created.
     """
     if error.non_retryable:
         return RetryOutcome(retry=False)

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 from dex._protocol import (
     ActiveStepWire,
+    AttributeValuesWire,
     ErrorCode,
     FlowInfoWire,
     FlowResultWire,
@@ -16,6 +17,7 @@ from dex._protocol import (
     HistoryPage,
     InvokeRpcRequest,
     Movement,
+    ReadAttributesRequest,
     StartFlowRequest,
     StopFlowRequest,
     Task,
@@ -31,6 +33,7 @@ from dex_server.engine import (
 )
 from dex_server.engine import history as hist
 from dex_server.engine.ids import new_uuid7
+from dex_server.service import _locks
 from dex_server.service._common import (
     Effects,
     LimitError,
@@ -53,7 +56,7 @@ from dex_server.service._flowops import (
 )
 from dex_server.service._steps import apply_effects, check_result_limits
 from dex_server.service._tasks import build_rpc_task
-from dex_server.store import FlowRecord, Tx
+from dex_server.store import FlowRecord, StoredValue, Tx
 
 _STOP_STATUS = {"cancel": "canceled", "terminate": "terminated", "fail": "failed"}
 
@@ -262,6 +265,54 @@ def state_of(tx: Tx, flow_id: str, running: dict[tuple[str, str], str]) -> FlowS
     )
 
 
+def read_attributes(
+    tx: Tx, specs: Specs, flow_id: str, req: ReadAttributesRequest
+) -> AttributeValuesWire:
+    """Committed Attribute values and Channel sizes of a run: a read needing no Worker.
+
+    Raises:
+        ServiceError: FLOW_NOT_FOUND; BAD_REQUEST for a map the Flow type does not declare
+            as an AttributeMap, a range bound outside its map, or a ``limit`` below 1.
+
+    """
+    flow = require_flow(tx, flow_id, req.run_id)
+    idx = specs.get(flow.flow_type)
+    declared = (
+        {d.name for d in idx.spec.state if d.kind == "attribute_map"} if idx is not None else set()
+    )
+    for m in [*req.maps, *(r.map for r in req.ranges)]:
+        if m not in declared:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST,
+                f"Flow type {flow.flow_type!r} declares no AttributeMap {m!r}",
+                flow_id=flow_id,
+            )
+    for r in req.ranges:
+        prefix = r.map + "/"
+        if any(b is not None and not b.startswith(prefix) for b in (r.start, r.end)):
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"a range bound outside AttributeMap {r.map!r}"
+            )
+        if r.limit is not None and r.limit < 1:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "a range limit must be at least 1")
+    found: dict[str, StoredValue] = {}
+    if req.names:
+        found.update(tx.state.of_names(flow.run_id, req.names))
+    if req.maps:
+        found.update(tx.state.of_maps(flow.run_id, req.maps))
+    for r in req.ranges:
+        found.update(tx.state.of_range(flow.run_id, r.map, r.start, r.end, r.limit))
+    values: dict[str, msgspec.Raw] = {}
+    for name in sorted(found):
+        v = found[name]
+        data = tx.blobs.get(v.blob) if v.blob is not None else v.value
+        if data is not None:
+            values[name] = msgspec.Raw(bytes(data))
+    return AttributeValuesWire(
+        info=info(flow), values=values, channel_sizes=tx.channels.sizes(flow.run_id)
+    )
+
+
 def history_page(tx: Tx, flow_id: str, run_id: str, page_size: int, token: str) -> HistoryPage:
     flow = require_flow(tx, flow_id, run_id)
     try:
@@ -324,13 +375,23 @@ def rpc_commit(
     result: TaskResult,
     transactional: bool,
     now: float,
+    *,
+    holder: str | None = None,
 ) -> Effects:
+    """Commit an RPC's effects; ``holder`` is the commit hold of a transactional RPC.
+
+    Raises:
+        CommitHeldError: another transactional RPC holds the run (commit after it).
+
+    """
     eff = Effects()
     flow = tx.flows.get(run_id)
     if flow is None or flow.status != "running":
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, "the Flow is not running; the RPC's effects were not applied"
         )
+    if flow.commit_hold is not None and flow.commit_hold != holder:
+        raise _locks.CommitHeldError(flow.commit_hold)
     idx = specs.require(flow.flow_type)
     check_result_limits(tx, limits, flow, result)
     if transactional:

@@ -236,10 +236,11 @@ class Runtime:
         self, env: Envelope, ref: AttemptRef, error: ErrorInfo, hb: msgspec.Raw | None
     ) -> None:
         try:
-            eff = await self.store.run(
+            eff = await self.after_holds(
+                env.run_id,
                 lambda tx: _steps.fail_step_attempt(
                     tx, self.limits, self.specs, ref, error, time.time(), hb
-                )
+                ),
             )
         except _steps.FencedError as exc:
             _log_fenced(exc)
@@ -320,26 +321,37 @@ class Runtime:
 
     async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
         try:
-            while True:
-                hold = self._commit_holds.get(env.run_id)
-                while hold is not None:
-                    await hold.wait()
-                    hold = self._commit_holds.get(env.run_id)
-                try:
-                    eff = await self.store.run(
-                        lambda tx: _steps.apply_step_result(
-                            tx, self.limits, self.specs, ref, result, time.time()
-                        )
-                    )
-                    break
-                except _locks.CommitHeldError:
-                    await self.await_unlock()
+            eff = await self.after_holds(
+                env.run_id,
+                lambda tx: _steps.apply_step_result(
+                    tx, self.limits, self.specs, ref, result, time.time()
+                ),
+            )
         except _steps.FencedError as exc:
             _log_fenced(exc)
             return
         finally:
             self.dispatcher.finished(env)
         self.apply(eff)
+
+    async def after_holds(self, run_id: str, job: Callable[[Tx], T]) -> T:
+        """Run a write of ``run_id`` once no transactional RPC holds the run, on any server.
+
+        A transactional RPC's snapshot, Worker call and commit are atomic: every other write
+        of its run (Step results and failures, Timer firings, plain RPC effects) commits
+        after it. ``job`` raises ``CommitHeldError`` while another server's RPC holds the
+        run; a local hold is awaited before the job is queued (the store runs jobs in
+        order, so a job queued before the RPC's snapshot commits before it).
+        """
+        while True:
+            hold = self._commit_holds.get(run_id)
+            while hold is not None:
+                await hold.wait()
+                hold = self._commit_holds.get(run_id)
+            try:
+                return await self.store.run(job)
+            except _locks.CommitHeldError:
+                await self.await_unlock()
 
     async def durable_heartbeat(
         self, conn: WorkerConn, task_id: str, seq: int, value: msgspec.Raw | None
@@ -520,6 +532,7 @@ class Runtime:
                     if (in_store and holder is not None)
                     else []
                 )
+                own = holder if gated else None
 
                 def commit(tx: Tx) -> Effects:
                     if fence and holder is not None:
@@ -533,9 +546,11 @@ class Runtime:
                         result,
                         transactional,
                         time.time(),
+                        holder=own,
                     )
 
-                eff = await self.store.run(commit)
+                # a plain RPC's effects wait for a transactional RPC holding the run
+                eff = await (self.store.run(commit) if gated else self.after_holds(run_id, commit))
                 self.apply(eff)
             return result.rpc_output
         finally:
@@ -649,10 +664,11 @@ class Runtime:
                 await asyncio.wait_for(self._timer_wake.wait(), max(0.0, min(delay, 30.0)))
 
     async def _fire(self, run_id: str, eid: str, fire_at: float) -> None:
-        eff = await self.store.run(
+        eff = await self.after_holds(
+            run_id,
             lambda tx: _steps.fire_timer(
                 tx, self.limits, self.specs, run_id, eid, fire_at, time.time()
-            )
+            ),
         )
         self.apply(eff)
 

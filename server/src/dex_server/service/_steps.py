@@ -40,6 +40,8 @@ from dex_server.service._flowops import (
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
 INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
+# the SDK's own check of a handler result fails the attempt with this error type
+_INVALID_CODE_ERRORS = frozenset({INVALID_USER_FLOW_CODE, "InvalidStepResultError"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,12 +337,16 @@ def fail_attempt(
     """Retry the attempt, or follow the failure route, or fail the Flow."""
     kind = ref.kind
     policy = e.options.wait_for_retry if kind == "wait_for" else e.options.execute_retry
+    # the retry window opens when the phase's first attempt started, so a start delay or
+    # a wait for locks before it does not use it up
+    window_start = ref.started_at if e.attempt == 1 else e.first_attempt_at
     outcome = decide_retry(
-        policy, attempt=e.attempt, first_attempt_at=e.first_attempt_at, now=now, error=error
+        policy, attempt=e.attempt, first_attempt_at=window_start, now=now, error=error
     )
     if heartbeat_value is not None:
         e.last_heartbeat_value = heartbeat_value
     if outcome.retry:
+        e.first_attempt_at = window_start
         e.attempt += 1
         e.last_failure = error
         e.not_before = now + outcome.delay_s
@@ -366,6 +372,8 @@ def fail_attempt(
     if kind == "wait_for" and e.options.wait_for_failure_proceed:
         e.phase, e.attempt, e.first_attempt_at = "execute", 1, now
         e.wait_for_failed, e.recovery_error, e.not_before = True, recovery, 0.0
+        # a durable start of wait_for says nothing about execute's attempts
+        e.started_attempt = 0
         schedule(tx, flow, e, now, eff)
         return
     route = e.options.execute_failure_step if kind == "execute" else None
@@ -387,7 +395,7 @@ def fail_attempt(
         check_graceful(tx, limits, flow, now, eff)
         return
     error_type = (
-        INVALID_USER_FLOW_CODE if error.error_type == INVALID_USER_FLOW_CODE else "WORKER_API_FAIL"
+        INVALID_USER_FLOW_CODE if error.error_type in _INVALID_CODE_ERRORS else "WORKER_API_FAIL"
     )
     close_flow(
         tx,
@@ -415,6 +423,8 @@ def fail_step_attempt(
     if loaded is None:
         return eff
     flow, e = loaded
+    if flow.commit_hold is not None:
+        raise _locks.CommitHeldError(flow.commit_hold)
     _release(tx, ref)
     fail_attempt(tx, limits, specs, flow, e, ref, error, now, eff, heartbeat_value)
     finish(tx, flow, eff)
@@ -447,10 +457,12 @@ def fire_timer(
     now: float,
 ) -> Effects:
     eff = Effects()
+    flow = tx.flows.get(run_id)
+    if flow is not None and flow.status == "running" and flow.commit_hold is not None:
+        raise _locks.CommitHeldError(flow.commit_hold)
     # several servers may hold the same timer: only the job that deletes its row fires it
     if not tx.timers.take(run_id, execution_id, fire_at):
         return eff
-    flow = tx.flows.get(run_id)
     if flow is None or flow.status != "running":
         return eff
     e = tx.executions.get(run_id, execution_id)

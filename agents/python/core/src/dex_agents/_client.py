@@ -20,6 +20,7 @@ from dex_agents._records import (
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
 )
+from dex_agents._rpcs import read_committed_snapshot
 
 T = TypeVar("T")
 
@@ -104,12 +105,16 @@ class AgentSessionClient:
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
         """Return state, recent messages, interrupts, tool calls, usage and queue length.
 
-        Also works for a stopped session while the server retains it.
+        Reads the committed state from the server's store, so it needs no Worker: a
+        person can see a pending approval while the agent's Workers are down (a deploy,
+        say). The result equals what the ``get_agent_snapshot`` RPC returns for the same
+        committed state. Also works for a stopped session while the server retains it.
+
+        Raises:
+            FlowNotFoundError: no such session.
+
         """
-        snapshot: AgentSnapshot = await self.client.invoke_rpc(
-            self.flow.get_agent_snapshot, session_id
-        )
-        return snapshot
+        return await read_committed_snapshot(self.client, session_id)
 
     async def list_agent_messages(
         self, session_id: str, after_sequence: int = 0, limit: int = 100

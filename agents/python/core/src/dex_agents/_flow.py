@@ -17,6 +17,7 @@ from dex_agents._records import (
     ResolveInterruptRequest,
 )
 from dex_agents._rpcs import (
+    TurnStopPlan,
     apply_turn_stop,
     get_agent_snapshot,
     list_agent_messages,
@@ -175,7 +176,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             return RPCResult(False)
         plan = plan_turn_stop(context, TurnControlKind.STEER)
         apply_turn_stop(context, TurnControlKind.STEER, input.text, plan)
-        return RPCResult(True)
+        return RPCResult(True, canceling_steps=_approval_steps(plan))
 
     @rpc(
         lock_attributes=_STOP_LOCKS,
@@ -194,9 +195,15 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             return RPCResult(False)
         apply_turn_stop(context, TurnControlKind.CANCEL, "", plan)
         if not plan.interrupt_model:
-            return RPCResult(True)
+            return RPCResult(True, canceling_steps=_approval_steps(plan))
         return RPCResult(
             True,
             next_steps=(StepMovement.of(StopTurn),),
             canceling_steps=(RunModel, RecordTurnFailure, StopTurn),
         )
+
+
+def _approval_steps(plan: TurnStopPlan) -> tuple[type[AwaitToolApproval], ...]:
+    # The RPC records the waiting calls cancelled; their AwaitToolApproval executions would
+    # otherwise wait for an answer (or a deadline) that can no longer matter, for ever.
+    return (AwaitToolApproval,) if plan.cancel_approvals else ()

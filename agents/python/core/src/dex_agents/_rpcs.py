@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
 
-from dex import Context
+from dex import AsyncClient, AttributeRangeSpec, Context, ReadAttributesRequest
 
 from dex_agents._enums import AgentStatus, ToolCallStatus, TurnControlKind
-from dex_agents._history import read_messages
-from dex_agents._persistence import persistence
+from dex_agents._history import read_messages, sequence_key_or_end
+from dex_agents._persistence import (
+    AGENT_MESSAGES,
+    AGENT_STATE,
+    AGENT_TOOL_CALLS,
+    AGENT_USAGE,
+    PENDING_INTERRUPTS,
+    QUEUED_USER_MESSAGES,
+    persistence,
+)
 from dex_agents._records import (
+    AgentInterrupt,
     AgentInterruptResolution,
+    AgentMessage,
     AgentMessagesPage,
     AgentSnapshot,
+    AgentState,
+    AgentToolCall,
     AgentUsage,
     AgentUserMessage,
     ListAgentMessagesRequest,
@@ -65,15 +79,79 @@ async def get_agent_snapshot(ctx: Context) -> AgentSnapshot:
     Reads only the last 200 ``AgentMessages`` keys (by ``AgentState.message_count``).
     """
     state = persistence.AgentState.get(ctx)
-    count = state.message_count if state is not None else 0
+    first, last = _snapshot_window(state)
     return AgentSnapshot(
         session_id=ctx.flow_id,
         state=state,
-        messages=await read_messages(ctx, count - SNAPSHOT_MESSAGES + 1, count),
+        messages=await read_messages(ctx, first, last),
         pending_interrupts=pending_interrupts(ctx),
         tool_calls=all_tool_calls(ctx),
         usage=persistence.AgentUsage.get(ctx) or AgentUsage(),
         queued_message_count=persistence.QueuedUserMessages.size(ctx),
+    )
+
+
+def _snapshot_window(state: AgentState | None) -> tuple[int, int]:
+    count = state.message_count if state is not None else 0
+    return count - SNAPSHOT_MESSAGES + 1, count
+
+
+def _physical(map_name: str, key: str) -> str:
+    # the engine's physical name of a map instance: "<map>/<URL-quoted key>"
+    return f"{map_name}/{quote(key, safe='')}"
+
+
+async def read_committed_snapshot(client: AsyncClient, session_id: str) -> AgentSnapshot:
+    """Build the snapshot the RPC returns from the store's committed values (no Worker).
+
+    Two reads, both of one run: the singletons and the tool calls, then the messages the
+    state counts (stored messages never change, so the second read agrees with the first).
+    """
+    codec = client.registry.codec_for
+    first_read = await client.read_attributes(
+        session_id,
+        ReadAttributesRequest(
+            names=[AGENT_STATE, PENDING_INTERRUPTS, AGENT_USAGE], maps=[AGENT_TOOL_CALLS]
+        ),
+    )
+    values = first_read.values
+
+    def value(name: str, tp: object) -> Any:
+        raw = values.get(name)
+        return None if raw is None else codec(tp).decode(bytes(raw))
+
+    state: AgentState | None = value(AGENT_STATE, AgentState)
+    messages: list[AgentMessage] = []
+    first, last = _snapshot_window(state)
+    first = max(first, 1)
+    if last >= first and first < 10**SEQUENCE_KEY_DIGITS:
+        end = sequence_key_or_end(last + 1)
+        window = await client.read_attributes(
+            session_id,
+            ReadAttributesRequest(
+                ranges=[
+                    AttributeRangeSpec(
+                        map=AGENT_MESSAGES,
+                        start=_physical(AGENT_MESSAGES, message_sequence_key(first)),
+                        end=None if end is None else _physical(AGENT_MESSAGES, end),
+                    )
+                ],
+                run_id=first_read.info.run_id,
+            ),
+        )
+        message_codec = codec(AgentMessage)
+        messages = [message_codec.decode(bytes(v)) for _, v in sorted(window.values.items())]
+    tool_codec = codec(AgentToolCall)
+    prefix = AGENT_TOOL_CALLS + "/"
+    calls = [tool_codec.decode(bytes(v)) for n, v in values.items() if n.startswith(prefix)]
+    return AgentSnapshot(
+        session_id=session_id,
+        state=state,
+        messages=messages,
+        pending_interrupts=list(value(PENDING_INTERRUPTS, list[AgentInterrupt]) or []),
+        tool_calls=sorted(calls, key=lambda r: r.deferral_order),
+        usage=value(AGENT_USAGE, AgentUsage) or AgentUsage(),
+        queued_message_count=first_read.channel_sizes.get(QUEUED_USER_MESSAGES, 0),
     )
 
 
