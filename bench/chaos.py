@@ -16,8 +16,9 @@ For ``--minutes`` the bench keeps ``--concurrency`` Flows in flight, each a chai
 * 3 ``Nap``: a durable 0.2 s Timer, then an ``execute`` that appends its line.
 
 An effect line is ``"<flow_id> <Step type>.<index> <attempt> <pid>"``, written with one
-``O_APPEND`` write to a log file shared by every Worker. Every 10-20 s (random) one of
-these is done, and printed on stderr:
+``O_APPEND`` write to a log file shared by every Worker. Every 10-20 s (random) one
+fault is injected and printed on stderr, each kind once per round in a random order (the
+server or Worker is also picked at random):
 
 * a server is SIGKILLed and started again at once on the same store and port;
 * a Worker is SIGKILLed and started again at once on the same server;
@@ -489,9 +490,7 @@ async def restart_child(run: Run, child: Child, why: str) -> None:
     say(f"{why} {child.name} (pid {old}); restarted as pid {child.pid} in {took:.2f} s")
 
 
-async def one_fault(run: Run, rng: random.Random) -> None:
-    kinds = ["server", "worker"] + (["postgres"] if run.cluster.postgres is not None else [])
-    kind = rng.choice(kinds)
+async def one_fault(run: Run, rng: random.Random, kind: str) -> None:
     if kind == "postgres":
         assert run.cluster.postgres is not None
         mode = rng.choice(["fast", "immediate"])
@@ -509,6 +508,8 @@ async def chaos(run: Run, rng: random.Random) -> None:
     """Inject a fault every kill-min..kill-max s until the run ends; restart crashed children."""
     next_fault = time.monotonic() + rng.uniform(run.args.kill_min_s, run.args.kill_max_s)
     next_summary = time.monotonic() + run.args.summary_s
+    kinds = ["server", "worker"] + (["postgres"] if run.cluster.postgres is not None else [])
+    due: list[str] = []  # each kind once per round, in a random order
     while time.monotonic() < run.final_deadline and not all_done(run):
         for child in [*run.cluster.servers, *run.cluster.workers]:
             code = child.died()
@@ -517,7 +518,8 @@ async def chaos(run: Run, rng: random.Random) -> None:
                 await restart_child(run, child, f"exited on its own (code {code}):")
         now = time.monotonic()
         if now >= next_fault and now < run.run_end:
-            await one_fault(run, rng)
+            due = due or rng.sample(kinds, len(kinds))
+            await one_fault(run, rng, due.pop())
             next_fault = time.monotonic() + rng.uniform(run.args.kill_min_s, run.args.kill_max_s)
         if now >= next_summary:
             summary(run)
@@ -775,6 +777,7 @@ def main() -> None:
         asyncio.run(run_worker(args.worker, args.slots))
         return
     signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
     workdir = Path(tempfile.mkdtemp(prefix="dex-chaos-"))
     workdir.chmod(0o711)  # the private PostgreSQL's user must reach its folder inside
     cluster = Cluster()
