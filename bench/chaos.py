@@ -37,7 +37,9 @@ flight, then checks every Flow's history (``AsyncClient.get_history``) and the e
 * ``steps``: ``StepExecuteCompleted`` events in all histories.
 
 It also fails on a completed Flow missing a Step's commit, or a committed Step with no
-effect line (named on stderr). Stores:
+effect line (named on stderr). A ``STALL`` line on stderr says that no Flow closed for
+``--stall-s`` (10 s) while some were in flight (a later fault, e.g. a server restart, may
+have unblocked them: the final ``max_stall_s`` shows it even when nothing was lost). Stores:
 
 * ``--store sqlite`` (default): one server on a temporary SQLite file (fsync on).
 * ``--store postgres``: a private PostgreSQL cluster (``initdb`` into the temporary
@@ -87,6 +89,7 @@ T = TypeVar("T")
 
 LOG_ENV = "DEX_CHAOS_LOG"
 STEPS_ENV = "DEX_CHAOS_STEPS"
+READY_ENV = "DEX_CHAOS_READY"
 
 # --------------------------------------------------------------------------- the Flow
 
@@ -180,7 +183,13 @@ async def run_worker(address: str, slots: int) -> None:
             server_address=address, pull=dex.PullWorkerOptions(max_concurrent_tasks=slots)
         ),
     )
-    await worker.run()
+    running = asyncio.create_task(worker.run())
+    try:
+        await worker.wait_pull_registered(timeout=120)
+        (Path(os.environ[READY_ENV]) / f"worker-{os.getpid()}.ready").touch()
+    except TimeoutError:
+        pass  # keeps trying to connect; only the first start waits for this file
+    await running
 
 
 # --------------------------------------------------------------------------- processes
@@ -410,6 +419,9 @@ class Run:
     pg_restarts: int = 0
     crashes: int = 0
     freed: asyncio.Event = field(default_factory=asyncio.Event)
+    last_progress: float = field(default_factory=time.monotonic)  # a Flow last closed
+    max_stall_s: float = 0.0
+    stalled_since: float | None = None
 
 
 async def retrying(
@@ -457,6 +469,7 @@ async def run_flow(run: Run, flow: Tracked, first: int) -> None:
     finally:
         flow.done = True
         run.freed.set()
+        run.last_progress = time.monotonic()
 
 
 async def launch(run: Run) -> list[asyncio.Task[None]]:
@@ -521,10 +534,24 @@ async def chaos(run: Run, rng: random.Random) -> None:
             due = due or rng.sample(kinds, len(kinds))
             await one_fault(run, rng, due.pop())
             next_fault = time.monotonic() + rng.uniform(run.args.kill_min_s, run.args.kill_max_s)
+        watch_stall(run, now)
         if now >= next_summary:
             summary(run)
             next_summary = now + run.args.summary_s
         await asyncio.sleep(0.25)
+
+
+def watch_stall(run: Run, now: float) -> None:
+    """Say when no Flow closed for --stall-s while some are in flight, and when one does."""
+    quiet = now - run.last_progress
+    if any(not f.done for f in run.flows):
+        run.max_stall_s = max(run.max_stall_s, quiet)
+        if quiet >= run.args.stall_s and run.stalled_since is None:
+            run.stalled_since = run.last_progress
+            say(f"STALL: no Flow closed for {quiet:.0f} s")
+    if run.stalled_since is not None and run.last_progress > run.stalled_since:
+        say(f"a Flow closed again, {run.last_progress - run.stalled_since:.1f} s after the last")
+        run.stalled_since = None
 
 
 def all_done(run: Run) -> bool:
@@ -675,6 +702,7 @@ async def start_cluster(
         **os.environ,
         LOG_ENV: str(log),
         STEPS_ENV: str(args.steps),
+        READY_ENV: str(workdir),
         "PYTHONUNBUFFERED": "1",
     }
     for i in range(args.servers):
@@ -686,6 +714,12 @@ async def start_cluster(
         cluster.workers.append(Worker(f"worker{i}", workdir, env, server, args.slots))
         cluster.workers[-1].spawn()
         say(f"worker{i} pid {cluster.workers[-1].pid} on {server.name}")
+    deadline = time.monotonic() + 120
+    for w in cluster.workers:  # the clock starts once every Worker registered
+        while not (workdir / f"worker-{w.pid}.ready").exists():
+            if w.proc is None or w.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{w.name} did not register; see {w.name}.log (--keep)")
+            await asyncio.sleep(0.05)
 
 
 async def bench(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> int:
@@ -722,8 +756,8 @@ def report(run: Run, found: Findings, minutes: float) -> int:
             say(f"LOST {f.flow_id}: status {f.status} {f.error}".rstrip())
     lost = len(counted) - completed
     say(
-        f"crashes={run.crashes} rescued={found.rescued} missing_commits={found.missing_commits} "
-        f"missing_effects={found.missing_effects}"
+        f"max_stall_s={run.max_stall_s:.1f} crashes={run.crashes} rescued={found.rescued} "
+        f"missing_commits={found.missing_commits} missing_effects={found.missing_effects}"
     )
     print(
         f"chaos kills={run.kills} pg_restarts={run.pg_restarts} flows={len(counted)} "
@@ -759,6 +793,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kill-max-s", type=float, default=20.0)
     p.add_argument("--drain-s", type=float, default=120.0, help="wait for Flows after the run")
     p.add_argument("--stuck-s", type=float, default=60.0, help="a Flow older stops counting")
+    p.add_argument("--stall-s", type=float, default=10.0, help="report no progress for this")
     p.add_argument("--summary-s", type=float, default=15.0, help="progress line period")
     p.add_argument("--seed", type=int, default=None, help="seed of the fault schedule")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
