@@ -65,7 +65,12 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                 "need max_concurrent_tasks >= 1 and 0 <= reserved_rpc_tasks < max_concurrent_tasks",
             )
             return
-        await runtime.register_specs(first.flows)
+        try:
+            await runtime.register_specs(first.flows)
+        except Exception as exc:  # the store is away or refused: the Worker tries again later
+            log.warning("registering worker %s failed: %s", first.app_worker_id, exc)
+            await _reject(ws, ErrorCode.UNAVAILABLE, f"the server cannot record the Flows: {exc}")
+            return
         conn = WorkerConn(
             first.app_worker_id,
             {f.flow_type for f in first.flows},
