@@ -113,13 +113,29 @@ class Vouched(Flow[str]):
         return StepList.start_step(Vouch())
 
 
+class Linger(Step[str]):
+    """Returns its result once gate ``<input>`` opens."""
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        log("lingering", context)
+        await _gate(input)
+        log("lingered", context)
+        return StepDecision.graceful_complete(context.attempt)
+
+
+class Lingerer(Flow[str]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Linger())
+
+
 NAPPER = Napper()
 RETRIER = Retrier()
 VOUCHED = Vouched()
+LINGERER = Lingerer()
 
 
 def registry() -> dex.Registry:
-    return dex.Registry([NAPPER, RETRIER, VOUCHED], allow_async_handlers=True)
+    return dex.Registry([NAPPER, RETRIER, VOUCHED, LINGERER], allow_async_handlers=True)
 
 
 async def _main(address: str) -> None:

@@ -24,7 +24,7 @@ import pytest
 from dex import AsyncClient, ClientOptions, FlowStatus
 from dex_server.testing import RunningServer
 
-from tests._fault_flows import NAPPER, RETRIER, RETRY_AFTER_S, VOUCHED, registry
+from tests._fault_flows import LINGERER, NAPPER, RETRIER, RETRY_AFTER_S, VOUCHED, registry
 from tests._pgcluster import PgCluster, private_cluster
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
@@ -210,6 +210,28 @@ async def test_a_retry_backoff_fires_after_an_outage(pg: PgCluster, tmp_path: Pa
         assert result.single_output(int) == 2
 
 
+async def test_results_sent_during_an_outage_commit_after_it(pg: PgCluster, tmp_path: Path) -> None:
+    async with setup(pg, tmp_path) as st:
+        flows = [f"linger-{i}-{uuid.uuid4().hex[:8]}" for i in range(3)]
+        for flow_id in flows:
+            await st.client.start_flow(LINGERER, flow_id, "outage")
+        for flow_id in flows:
+            await until(lambda f=flow_id: st.logged("lingering", f), 30, "the Steps to start")
+        pg.stop()
+        st.open_gate("outage")  # the three results reach the server while the store is away
+        for flow_id in flows:
+            await until(lambda f=flow_id: st.logged("lingered", f), 30, "the Steps to return")
+        await asyncio.sleep(OUTAGE_S / 2)
+        pg.start()
+        for flow_id in flows:
+            result = await st.client.wait_for_flow(flow_id, timeout=40)
+            assert result.status is FlowStatus.COMPLETED, result
+        # the lost commits are reported once for the outage, not once per result
+        log = st.server_log()
+        assert log.count("committing a Step result failed") == 0, log[-4000:]
+        assert log.count("committing Step results failed") <= 1, log[-4000:]
+
+
 async def test_a_durable_start_the_store_refuses_gets_an_error_answer(
     pg: PgCluster, tmp_path: Path
 ) -> None:
@@ -245,3 +267,28 @@ def _read_only(pg: PgCluster) -> bool:
     with psycopg.connect(pg.url()) as conn:
         row = conn.execute("SHOW default_transaction_read_only").fetchone()
     return row is not None and row[0] == "on"
+
+
+async def test_a_durable_start_during_a_long_outage_gets_an_error_answer(
+    pg: PgCluster, tmp_path: Path
+) -> None:
+    async with setup(pg, tmp_path) as st:
+        flow_id = f"vouch-{uuid.uuid4().hex[:8]}"
+        await st.client.start_flow(VOUCHED, flow_id, "down")
+        await until(lambda: st.logged("entered", flow_id), 30, "the Step to start")
+        pg.stop()
+        try:
+            st.open_gate("down-go")
+            # the server keeps trying for 30 s, then tells the handler the store is away
+            await until(
+                lambda: any(e[0].startswith("heartbeat-") and e[1] == flow_id for e in st.events()),
+                90,
+                "an answer to the durable heartbeat",
+            )
+        finally:
+            pg.start()
+        assert st.logged("heartbeat-UNAVAILABLE", flow_id), st.events()
+        st.open_gate("down-finish")
+        result = await st.client.wait_for_flow(flow_id, timeout=40)
+        assert result.status is FlowStatus.COMPLETED, result
+        assert result.single_output(str) == "UNAVAILABLE"

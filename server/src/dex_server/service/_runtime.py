@@ -98,6 +98,7 @@ class Runtime:
         self._refill_at = 0.0
         self._fire_outage = Outage("firing a Timer")
         self._jobs_outage = Outage("a background store job")
+        self._result_outage = Outage("committing Step results")
         self._background: set[asyncio.Future[Any]] = set()
         self.health = StoreHealth()
         self._loops: list[asyncio.Task[None]] = []
@@ -326,9 +327,15 @@ class Runtime:
             self.dispatcher.finished(env)
             if fut.cancelled():
                 return
+            if isinstance(exc, StoreUnavailableError):
+                # the orphan sweep delivers the attempt again once the store is back
+                self.health.note(exc)
+                self._result_outage.failed(exc)
+                return
             if exc is not None:
                 log.error("committing a Step result failed", exc_info=exc)
                 return
+            self._result_outage.ok()
             self.apply(fut.result())
 
         self.store.submit(job).add_done_callback(done)
