@@ -175,13 +175,40 @@ async def test_health_is_degraded_during_an_outage_and_ok_after(
             timeout=60,
         )
         assert cli.returncode == 1 and "degraded" in cli.stdout, (cli.stdout, cli.stderr)
+        # a Worker registering now is refused with a typed, retryable error (not a dropped socket)
+        assert await _register(st.server.address) == "UNAVAILABLE"
         await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
         pg.start()
 
         await until(lambda: _is(status(), "ok"), 15, "health to report ok again")
+        assert await _register(st.server.address) == "registered"
         log = st.server_log()
         assert log.count("the store probe failed") == 1, log[-4000:]
         assert log.count("the store probe works again") == 1, log[-4000:]
+
+
+async def _register(address: str) -> str:
+    """Register a Worker for ``Napper``: ``"registered"``, or the refusal's code."""
+    import websockets
+    from dex._protocol import (
+        Register,
+        Registered,
+        RegisterRejected,
+        encoder,
+        server_frame_decoder,
+    )
+
+    flows = registry().flow_specs()
+    async with websockets.connect(f"ws://{address}/v1/worker") as ws:
+        frame = Register(
+            app_worker_id="probe", flows=flows, max_concurrent_tasks=2, reserved_rpc_tasks=1
+        )
+        await ws.send(encoder.encode(frame).decode())
+        answer = server_frame_decoder.decode(await asyncio.wait_for(ws.recv(), 30))
+    if isinstance(answer, Registered):
+        return "registered"
+    assert isinstance(answer, RegisterRejected), answer
+    return answer.code
 
 
 async def _is(got: Awaitable[object], want: object) -> bool:
