@@ -78,6 +78,11 @@ class RawWorker:
         assert self.ws is not None
         await self.ws.send(encoder.encode(frame).decode())
 
+    async def send_raw(self, data: bytes) -> None:
+        """Send ``data`` as one text frame, whatever it holds."""
+        assert self.ws is not None
+        await self.ws.send(data.decode())
+
     async def _read(self) -> None:
         assert self.ws is not None
         async for msg in self.ws:

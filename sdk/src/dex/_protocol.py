@@ -308,17 +308,34 @@ WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject | ReadSt
 
 
 class Registered(Struct, tag="registered", kw_only=True):
+    """The server accepted the Worker.
+
+    ``max_frame_bytes`` is the largest frame the server accepts from this Worker (``0``: not
+    announced). A Worker must not send a larger frame: the server would close the
+    connection. The SDK turns a task result that would be larger into a
+    ``LIMIT_EXCEEDED`` error result instead.
+    """
+
     server_version: str
     blob_threshold_bytes: int
+    max_frame_bytes: int = 0
 
 
 class TaskFrame(Struct, tag="task", kw_only=True):
     task: Task
 
 
-class HeartbeatAck(Struct, tag="heartbeat_ack", kw_only=True):
+class HeartbeatAck(Struct, tag="heartbeat_ack", kw_only=True, omit_defaults=True):
+    """Answer to a durable ``Heartbeat``: the start is committed, or ``error_code`` says why not.
+
+    ``error_code`` is one of ``ErrorCode`` (``FLOW_NOT_ACTIVE``, ``UNAVAILABLE``,
+    ``INTERNAL``); ``error`` explains it.
+    """
+
     task_id: str
     seq: int
+    error_code: str | None = None
+    error: str | None = None
 
 
 class CancelTask(Struct, tag="cancel_task", kw_only=True):
@@ -529,11 +546,18 @@ class StreamListResponse(Struct, kw_only=True, omit_defaults=True):
 
 
 class HealthResponse(Struct, kw_only=True):
-    """The server's answer to ``Client.health_check``: version and store kind."""
+    """The server's answer to ``Client.health_check``: version, store kind and status.
+
+    ``status`` is ``"ok"``, or ``"degraded"`` while the server cannot reach its store
+    (``reason`` says why; ``ok`` is then false). A degraded server keeps running and
+    resumes on its own once the store answers again.
+    """
 
     ok: bool
     version: str
     store: str
+    status: Literal["ok", "degraded"] = "ok"
+    reason: str | None = None
 
 
 class ApiError(Struct, kw_only=True, omit_defaults=True):

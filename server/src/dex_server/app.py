@@ -52,6 +52,8 @@ class ServerConfig:
         max_request_bytes: largest accepted HTTP request body.
         max_value_bytes: largest single value (input, Attribute, message, output).
         max_flow_state_bytes: largest total of one Flow's Attributes and pending messages.
+            The largest frame a Worker may send follows from these limits (see
+            :attr:`max_worker_frame_bytes`).
         dispatch_wait_s: how long a task may wait while no connected Worker accepts its
             Flow type before it fails with ``NO_WORKER_AVAILABLE``.
         fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
@@ -87,6 +89,19 @@ class ServerConfig:
             raise ValueError("ServerConfig needs exactly one of database_path and database_url")
         if self.pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")
+
+    @property
+    def max_worker_frame_bytes(self) -> int:
+        """Largest frame a Worker may send; a task's result is one frame.
+
+        Room for a result that writes Attributes and messages up to the Flow state limit,
+        plus its output and one more value, plus 1 MiB for everything else (and never less
+        than the HTTP body limit). The server announces it at registration; the SDK turns a
+        larger result into a ``LIMIT_EXCEEDED`` error result, and the server answers a
+        larger frame it can attribute to a task with that error too.
+        """
+        legal = self.max_flow_state_bytes + 2 * self.max_value_bytes + _MIB
+        return max(self.max_request_bytes, legal)
 
 
 def build_app(config: ServerConfig) -> Starlette:
@@ -187,7 +202,8 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         ws="websockets-sansio",
         http="httptools",
         lifespan="on",
-        ws_max_size=config.max_request_bytes + 1024,
+        # beyond the announced limit, so a frame slightly over it gets an answer, not a close
+        ws_max_size=config.max_worker_frame_bytes + _MIB,
         ws_ping_interval=20.0,
         ws_ping_timeout=60.0,
         timeout_graceful_shutdown=5,

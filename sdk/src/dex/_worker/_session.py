@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from dex._protocol import (
     CancelTask,
+    ErrorCode,
     ErrorInfo,
     Heartbeat,
     HeartbeatAck,
@@ -37,7 +38,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
-from dex.errors import error_from_code
+from dex.errors import LimitExceededError, error_from_code
 
 if TYPE_CHECKING:
     from dex._worker._async_worker import AsyncWorker
@@ -47,6 +48,8 @@ log = logging.getLogger("dex.worker")
 # A handler still running this long after its deadline is cancelled by the Worker; the
 # server has already timed the attempt out by then.
 _DEADLINE_GRACE_S = 1.0
+# The largest frame a server that does not announce its limit accepts (its default).
+_DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
 class SessionLostError(ConnectionError):
@@ -73,11 +76,12 @@ class _TaskIO:
             durable=durable,
             seq=self._seq,
         )
+        data = self._session.encode_within_limit(frame, "heartbeat")
         if not durable:
-            self._session.send(frame)
+            self._session.send_encoded(data)
             return
         ack = self._session.expect_ack(self.task_id, self._seq)
-        self._session.send(frame)
+        self._session.send_encoded(data)
         await ack
 
     async def read_state(
@@ -102,7 +106,8 @@ class _TaskIO:
         )
 
     def stream_write(self, stream: str, value: bytes) -> None:
-        self._session.send(StreamWrite(task_id=self.task_id, stream=stream, value=Raw(value)))
+        frame = StreamWrite(task_id=self.task_id, stream=stream, value=Raw(value))
+        self._session.send_encoded(self._session.encode_within_limit(frame, "Stream write"))
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -124,6 +129,7 @@ class Session:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self._max_frame = _DEFAULT_MAX_FRAME_BYTES
 
     # ------------------------------------------------------------------ registration
 
@@ -139,6 +145,8 @@ class Session:
             while True:
                 frame = server_frame_decoder.decode(await self._ws.recv())
                 if isinstance(frame, Registered):
+                    if frame.max_frame_bytes > 0:
+                        self._max_frame = frame.max_frame_bytes
                     return frame
                 if isinstance(frame, RegisterRejected):
                     raise RegistrationRejectedError(frame.code, frame.message)
@@ -168,7 +176,12 @@ class Session:
         elif isinstance(frame, HeartbeatAck):
             ack = self._acks.pop((frame.task_id, frame.seq), None)
             if ack is not None and not ack.done():
-                ack.set_result(None)
+                if frame.error_code is None:
+                    ack.set_result(None)
+                else:  # the start was not recorded: the handler sees why
+                    ack.set_exception(
+                        error_from_code(frame.error_code, frame.error or "start not recorded")
+                    )
         elif isinstance(frame, StateValues):
             read = self._reads.pop(frame.request_id, None)
             if read is not None and not read.done():
@@ -233,7 +246,24 @@ class Session:
             worker.stats.tasks_cancelled += 1
             return
         worker.stats.tasks_completed += 1
-        self.send(ResultFrame(result=result))
+        self.send_encoded(self._result_frame(result))
+
+    def _result_frame(self, result: TaskResult) -> bytes:
+        """The encoded result, or a ``LIMIT_EXCEEDED`` error result when it is too large.
+
+        A frame over the server's limit would close the connection and the task would come
+        back; the error fails the attempt instead (not retried: the result would not fit).
+        """
+        data = encoder.encode(ResultFrame(result=result))
+        if len(data) <= self._max_frame:
+            return data
+        message = (
+            f"the task's result is {len(data)} bytes, over the limit"
+            f" max_worker_frame_bytes={self._max_frame}"
+        )
+        log.error("task %s: %s", result.task_id, message)
+        error = ErrorInfo(error_type=ErrorCode.LIMIT_EXCEEDED, message=message, non_retryable=True)
+        return encoder.encode(ResultFrame(result=TaskResult(task_id=result.task_id, error=error)))
 
     def _cancel(self, task_id: str) -> None:
         entry = self._tasks.get(task_id)
@@ -261,11 +291,30 @@ class Session:
 
     def send(self, frame: Any) -> None:
         """Queue a frame; it is sent after every frame queued before it. Never blocks."""
+        self.send_encoded(encoder.encode(frame))
+
+    def send_encoded(self, data: bytes) -> None:
         if self._closed:
             return
-        self._out.append(encoder.encode(frame))
+        self._out.append(data)
         self._flushed.clear()
         self._out_ready.set()
+
+    def encode_within_limit(self, frame: Any, what: str) -> bytes:
+        """Encode ``frame`` for a handler's call.
+
+        Raises:
+            LimitExceededError: the frame is larger than the server accepts.
+
+        """
+        data = encoder.encode(frame)
+        if len(data) > self._max_frame:
+            raise LimitExceededError(
+                f"the {what} frame is {len(data)} bytes, over the limit"
+                f" max_worker_frame_bytes={self._max_frame}",
+                code=ErrorCode.LIMIT_EXCEEDED,
+            )
+        return data
 
     def expect_ack(self, task_id: str, seq: int) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

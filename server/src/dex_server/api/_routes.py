@@ -137,7 +137,17 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
     limit = runtime.config.max_request_bytes
 
     async def health(request: Request) -> Response:
-        return _json(HealthResponse(ok=True, version=VERSION, store=runtime.store.kind))
+        # never waits on the store: the probe loop keeps what it last saw
+        reason = runtime.health.reason()
+        return _json(
+            HealthResponse(
+                ok=reason is None,
+                version=VERSION,
+                store=runtime.store.kind,
+                status="ok" if reason is None else "degraded",
+                reason=reason,
+            )
+        )
 
     async def start(request: Request) -> Response:
         req = await _body(request, StartFlowRequest, limit)

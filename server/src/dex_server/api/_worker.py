@@ -5,19 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 import msgspec
 from dex._protocol import (
     PROTOCOL_VERSION,
+    ErrorCode,
+    ErrorInfo,
     Heartbeat,
+    HeartbeatAck,
     ReadState,
     Register,
     Registered,
     RegisterRejected,
     Reject,
     ResultFrame,
+    StateValues,
     StreamWrite,
+    TaskResult,
     encoder,
     worker_frame_decoder,
 )
@@ -59,7 +65,12 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                 "need max_concurrent_tasks >= 1 and 0 <= reserved_rpc_tasks < max_concurrent_tasks",
             )
             return
-        await runtime.register_specs(first.flows)
+        try:
+            await runtime.register_specs(first.flows)
+        except Exception as exc:  # the store is away or refused: the Worker tries again later
+            log.warning("registering worker %s failed: %s", first.app_worker_id, exc)
+            await _reject(ws, ErrorCode.UNAVAILABLE, f"the server cannot record the Flows: {exc}")
+            return
         conn = WorkerConn(
             first.app_worker_id,
             {f.flow_type for f in first.flows},
@@ -69,7 +80,9 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
         await ws.send_text(
             encoder.encode(
                 Registered(
-                    server_version="0.1.0", blob_threshold_bytes=runtime.config.blob_threshold_bytes
+                    server_version="0.1.0",
+                    blob_threshold_bytes=runtime.config.blob_threshold_bytes,
+                    max_frame_bytes=runtime.config.max_worker_frame_bytes,
                 )
             ).decode()
         )
@@ -104,6 +117,7 @@ async def _send_loop(ws: WebSocket, conn: WorkerConn) -> None:
 
 
 async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> None:
+    limit = runtime.config.max_worker_frame_bytes
     while True:
         msg = await ws.receive()
         if msg["type"] == "websocket.disconnect":
@@ -111,20 +125,30 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
         data = msg.get("text") or msg.get("bytes")
         if not data:
             continue
+        if len(data) > limit:
+            _refuse_frame(
+                runtime,
+                conn,
+                data,
+                ErrorCode.LIMIT_EXCEEDED,
+                f"the Worker's frame is {len(data)} bytes, over the limit"
+                f" max_worker_frame_bytes={limit}",
+            )
+            continue
         try:
             frame = worker_frame_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("bad frame from worker %s: %s", conn.app_worker_id, exc)
+            _refuse_frame(
+                runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {exc}"
+            )
             continue
         if isinstance(frame, ResultFrame):
             runtime.on_result(conn, frame.result)
         elif isinstance(frame, Heartbeat):
             inflight = runtime.dispatcher.get(conn, frame.task_id)
-            if inflight is None:
-                continue
-            if frame.has_value:
+            if inflight is not None and frame.has_value:
                 inflight.heartbeat_value = frame.value
-            if frame.durable:
+            if frame.durable:  # answered even for an unknown task: the Worker waits
                 runtime._spawn(
                     runtime.durable_heartbeat(
                         conn, frame.task_id, frame.seq, frame.value if frame.has_value else None
@@ -148,3 +172,68 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
             runtime._spawn(read_state(runtime, conn, frame))
         elif isinstance(frame, Reject):
             runtime.dispatcher.reject(conn, frame.task_id)
+
+
+class _ResultHead(msgspec.Struct):
+    task_id: str = ""
+
+
+class _FrameHead(msgspec.Struct):
+    """What identifies a frame's task, read from a frame that failed to decode."""
+
+    type: str = ""
+    task_id: str = ""
+    request_id: int = 0
+    durable: bool = False
+    seq: int = 0
+    result: _ResultHead | None = None
+
+
+_head_decoder = msgspec.json.Decoder(_FrameHead)
+_TASK_ID = re.compile(r'"task_id"\s*:\s*"([^"\\]{1,200})"')
+_TYPE = re.compile(r'"type"\s*:\s*"([a-z_]{1,40})"')
+
+
+def _head(data: str | bytes) -> _FrameHead:
+    try:
+        return _head_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    # not JSON at all (cut off, garbage): look for the fields near the start
+    text = data[:65536] if isinstance(data, str) else data[:65536].decode("utf-8", "replace")
+    task = _TASK_ID.search(text)
+    kind = _TYPE.search(text)
+    return _FrameHead(type=kind.group(1) if kind else "", task_id=task.group(1) if task else "")
+
+
+def _refuse_frame(
+    runtime: Runtime, conn: WorkerConn, data: str | bytes, code: str, message: str
+) -> None:
+    """Answer a frame the server cannot take with an error for its task, when it names one.
+
+    A result fails its attempt with ``code`` (no redelivery: the same frame would come back),
+    a durable heartbeat or a state read gets an error answer; anything else is only logged.
+    """
+    head = _head(data)
+    task_id = head.task_id or (head.result.task_id if head.result is not None else "")
+    log.warning(
+        "refused a %s frame for task %r from worker %s: %s",
+        head.type or "unreadable",
+        task_id,
+        conn.app_worker_id,
+        message,
+    )
+    if not task_id:
+        return
+    if head.type in ("result", ""):
+        if conn.tasks.get(task_id) is not None:
+            error = ErrorInfo(
+                error_type=code, message=message, non_retryable=code == ErrorCode.LIMIT_EXCEEDED
+            )
+            runtime.on_result(conn, TaskResult(task_id=task_id, error=error))
+    elif head.type == "heartbeat" and head.durable:
+        conn.send(HeartbeatAck(task_id=task_id, seq=head.seq, error_code=code, error=message))
+    elif head.type == "read_state":
+        conn.send(
+            StateValues(task_id=task_id, request_id=head.request_id, error_code=code, error=message)
+        )

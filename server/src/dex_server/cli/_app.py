@@ -183,11 +183,12 @@ def server(
 
 @app.command()
 def health(ctx: typer.Context) -> None:
-    """Check that the server answers."""
+    """Check that the server answers and reaches its store (exit 1 when degraded)."""
     st = _state(ctx)
     from dex_server.cli import _flows
 
-    _run(_flows.health(st.conn, st.out))
+    if not asyncio.run(_flows.health(st.conn, st.out)):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -220,19 +220,25 @@ async def flow_stop(
         out.line(f"stop requested for {flow_id} ({stop_type})")
 
 
-async def health(conn: Connection, out: Printer) -> None:
+async def health(conn: Connection, out: Printer) -> bool:
+    """Print the server's health; return whether it is ok (not degraded)."""
     async with connect(conn) as client:
         result = await client.health_check()
     record = {
         "server": conn.server,
         "ok": bool(result.ok),
+        "status": result.status,
+        "reason": result.reason,
         "version": result.version,
         "store": result.store,
     }
     if out.json:
         out.emit_json(record)
-    else:
+    elif result.ok:
         out.line(f"{conn.server}: ok (server {result.version}, store {result.store})")
+    else:
+        out.line(f"{conn.server}: {result.status}: {result.reason} (server {result.version})")
+    return bool(result.ok)
 
 
 def cli_version() -> str:

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -31,6 +32,7 @@ from dex._protocol import ErrorCode, ErrorInfo, Task, TaskResult
 from dex_server.dispatch import Envelope, RpcLostError, RpcNoWorkerError, RpcTimeoutError
 from dex_server.service import _steps
 from dex_server.service._common import ServiceError
+from dex_server.service._loops import Outage
 from dex_server.store import Tx
 
 if TYPE_CHECKING:
@@ -80,7 +82,7 @@ class Cluster:
     async def start(self) -> None:
         await self.take_over()
         self.store.start_signals(self._on_signal)
-        self._loops = [asyncio.create_task(self._loop())]
+        self._loops = [self.rt.start_loop("cluster poll", self._loop)]
 
     async def stop(self) -> None:
         for t in self._loops:
@@ -90,15 +92,23 @@ class Cluster:
                 await t
 
     async def _loop(self) -> None:
+        # one server per store: nobody else can die, takeover ran at startup
+        steps: tuple[Callable[[], Awaitable[None]], ...] = (
+            (self.take_over, self.sweep_orphans, self._poll_shared)
+            if self.shared
+            else (self.sweep_orphans,)
+        )
+        outages = {step: Outage(f"cluster {step.__name__}", log) for step in steps}
         while True:
             await asyncio.sleep(_POLL_S if self.shared else 5 * _POLL_S)
-            steps = (self.take_over, self.sweep_orphans, self._poll_shared)
-            # one server per store: nobody else can die, takeover ran at startup
-            for step in steps if self.shared else (self.sweep_orphans,):
+            for step in steps:
                 try:
                     await step()
-                except Exception:
-                    log.warning("cluster %s failed", step.__name__, exc_info=True)
+                except Exception as exc:
+                    self.rt.health.note(exc)
+                    outages[step].failed(exc)
+                else:
+                    outages[step].ok()
 
     async def _poll_shared(self) -> None:
         if not self.shared:

@@ -42,6 +42,7 @@ from dex_server.service._common import (
     ServiceError,
     Specs,
 )
+from dex_server.service._loops import Outage, StoreHealth, describe, supervise
 from dex_server.service._steps import AttemptRef
 from dex_server.service._streams import StoreStreams
 from dex_server.service._tasks import build_step_task
@@ -55,6 +56,11 @@ log = logging.getLogger("dex_server")
 _TIMER_HORIZON_S = 120.0
 # how often a Step or RPC waiting for another server's lock looks again without a signal
 _LOCK_POLL_S = 0.25
+# how often the health probe asks the store, and how long it waits for the answer
+_PROBE_EVERY_S = 1.0
+_PROBE_TIMEOUT_S = 5.0
+# how long a durable heartbeat waits for an unreachable store before it answers an error
+_START_PATIENCE_S = 30.0
 
 
 class Runtime:
@@ -89,6 +95,12 @@ class Runtime:
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
+        self._refill_at = 0.0
+        self._fire_outage = Outage("firing a Timer")
+        self._jobs_outage = Outage("a background store job")
+        self._result_outage = Outage("committing Step results")
+        self._background: set[asyncio.Future[Any]] = set()
+        self.health = StoreHealth()
         self._loops: list[asyncio.Task[None]] = []
         # run_id -> (gate, callers using it): a transactional RPC passes its run's gate; the
         # entry goes with the last caller, so the dict holds only runs with RPCs in progress
@@ -103,10 +115,15 @@ class Runtime:
         await self.refresh_specs()
         await self.cluster.start()
         self._loops = [
-            asyncio.create_task(self._lease_loop()),
-            asyncio.create_task(self._timer_loop()),
-            asyncio.create_task(self._retention_loop()),
+            self.start_loop("leases", self._lease_loop),
+            self.start_loop("timers", self._timer_loop),
+            self.start_loop("retention", self._retention_loop),
+            self.start_loop("store probe", self._probe_loop),
         ]
+
+    def start_loop(self, name: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Run the loop ``body`` under :func:`supervise` (restarted if it ever ends)."""
+        return asyncio.create_task(supervise(name, body), name=f"dex-{name}")
 
     async def stop(self) -> None:
         await self.cluster.stop()
@@ -251,8 +268,21 @@ class Runtime:
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
-        _background.add(task)
-        task.add_done_callback(_task_done)
+        self._background.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is None:
+            self._jobs_outage.ok()
+            return
+        if isinstance(exc, StoreUnavailableError):
+            # an outage fails many jobs at once: one line for all of them
+            self.health.note(exc)
+            self._jobs_outage.failed(exc)
+            return
+        log.error("background job failed", exc_info=exc)
 
     # ------------------------------------------------------------------ worker frames
 
@@ -312,9 +342,15 @@ class Runtime:
             if isinstance(exc, _steps.FencedError):
                 _log_fenced(exc)
                 return
+            if isinstance(exc, StoreUnavailableError):
+                # the orphan sweep delivers the attempt again once the store is back
+                self.health.note(exc)
+                self._result_outage.failed(exc)
+                return
             if exc is not None:
                 log.error("committing a Step result failed", exc_info=exc)
                 return
+            self._result_outage.ok()
             self.apply(fut.result())
 
         self.store.submit(job).add_done_callback(done)
@@ -356,13 +392,26 @@ class Runtime:
     async def durable_heartbeat(
         self, conn: WorkerConn, task_id: str, seq: int, value: msgspec.Raw | None
     ) -> None:
+        """Record that the task's attempt started, then answer the Worker, which waits.
+
+        The answer is a ``HeartbeatAck``, with ``error_code`` set when the start was not
+        recorded: ``FLOW_NOT_ACTIVE`` (the task is not running here, or its attempt is no
+        longer current), ``UNAVAILABLE`` (the store stayed unreachable for
+        ``_START_PATIENCE_S``) or ``INTERNAL`` (the store refused the write).
+        """
+
+        def refuse(code: str, message: str) -> None:
+            conn.send(HeartbeatAck(task_id=task_id, seq=seq, error_code=code, error=message))
+
         inflight = conn.tasks.get(task_id)
-        if inflight is None or inflight.env.execution_id is None:
-            if inflight is not None:
-                conn.send(HeartbeatAck(task_id=task_id, seq=seq))
+        if inflight is None:
+            refuse(ErrorCode.FLOW_NOT_ACTIVE, f"task {task_id!r} is not running on this Worker")
+            return
+        if inflight.env.execution_id is None:  # an RPC: nothing to record
+            conn.send(HeartbeatAck(task_id=task_id, seq=seq))
             return
         ref = self._ref(inflight.env, inflight.dispatched_at)
-        delay = 0.05
+        delay, give_up = 0.05, time.monotonic() + _START_PATIENCE_S
         while True:
             try:
                 ok = await self.store.run(lambda tx: _steps.mark_started(tx, ref, value))
@@ -372,15 +421,30 @@ class Runtime:
                 _log_fenced(exc)
                 self.fenced(inflight.env)
                 return
-            except StoreUnavailableError:
+            except StoreUnavailableError as exc:
                 # the Worker waits for this acknowledgement: keep trying while the attempt
                 # is ours (recording the start twice is harmless)
+                self.health.note(exc)
                 if conn.closed or conn.tasks.get(task_id) is not inflight:
+                    refuse(ErrorCode.FLOW_NOT_ACTIVE, "the task ended while the store was away")
+                    return
+                if time.monotonic() > give_up:
+                    refuse(ErrorCode.UNAVAILABLE, f"the start was not recorded: {describe(exc)}")
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+            except Exception as exc:
+                log.warning("recording a durable start failed: %s", describe(exc), exc_info=exc)
+                refuse(ErrorCode.INTERNAL, f"the start was not recorded: {describe(exc)}")
+                return
         if ok:
             conn.send(HeartbeatAck(task_id=task_id, seq=seq))
+        else:
+            refuse(
+                ErrorCode.FLOW_NOT_ACTIVE,
+                "the attempt is no longer current (its Flow closed, or it timed out or was"
+                " cancelled)",
+            )
 
     def fenced(self, env: Envelope) -> None:
         """Drop an attempt another server took over and cancel it on its Worker."""
@@ -631,66 +695,107 @@ class Runtime:
     # ------------------------------------------------------------------ loops
 
     async def _lease_loop(self) -> None:
+        outage = Outage("the lease check")
         while True:
             await asyncio.sleep(0.1)
             try:
                 self.dispatcher.check()
-            except Exception:
-                log.exception("lease check failed")
+            except Exception as exc:
+                await asyncio.sleep(outage.failed(exc))
+            else:
+                outage.ok()
 
     async def _timer_loop(self) -> None:
-        last_refill = 0.0
         # other servers add timers too: look at the store often when it is shared
         every = 1.0 if self.shared else _TIMER_HORIZON_S / 2
+        outage = Outage("loading due Timers")
+        self._refill_at = 0.0
         while True:
             now = time.time()
-            if now - last_refill > every:
-                last_refill = now
+            if now >= self._refill_at:
                 horizon = now + _TIMER_HORIZON_S
-                rows = await self.store.run(
-                    lambda tx, h=horizon: tx.timers.due_before(h, 100_000)  # type: ignore[misc]
-                )
-                known = set(self._timers)
-                for r in rows:
-                    if r not in known:
-                        heapq.heappush(self._timers, r)
+                try:
+                    rows = await self.store.run(
+                        lambda tx, h=horizon: tx.timers.due_before(h, 100_000)  # type: ignore[misc]
+                    )
+                except Exception as exc:
+                    self.health.note(exc)
+                    self._refill_at = time.time() + outage.failed(exc)
+                else:
+                    outage.ok()
+                    self._refill_at = time.time() + every
+                    known = set(self._timers)
+                    for r in rows:
+                        if r not in known:
+                            heapq.heappush(self._timers, r)
             now = time.time()
             while self._timers and self._timers[0][0] <= now:
                 fire_at, run_id, eid = heapq.heappop(self._timers)
                 self._spawn(self._fire(run_id, eid, fire_at))
-            delay = self._timers[0][0] - now if self._timers else every
+            delay = self._refill_at - now
+            if self._timers:
+                delay = min(delay, self._timers[0][0] - now)
             self._timer_wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timer_wake.wait(), max(0.0, min(delay, 30.0)))
 
+    def _refill_soon(self, delay: float) -> None:
+        """Load due Timers from the store again within ``delay`` seconds."""
+        self._refill_at = min(self._refill_at, time.time() + delay)
+        self._timer_wake.set()
+
     async def _fire(self, run_id: str, eid: str, fire_at: float) -> None:
-        eff = await self.after_holds(
-            run_id,
-            lambda tx: _steps.fire_timer(
-                tx, self.limits, self.specs, run_id, eid, fire_at, time.time()
-            ),
-        )
+        try:
+            eff = await self.after_holds(
+                run_id,
+                lambda tx: _steps.fire_timer(
+                    tx, self.limits, self.specs, run_id, eid, fire_at, time.time()
+                ),
+            )
+        except Exception as exc:
+            # nothing committed, the Timer's row is still there: the next load fires it
+            self.health.note(exc)
+            self._refill_soon(self._fire_outage.failed(exc))
+            return
+        self._fire_outage.ok()
         self.apply(eff)
 
     async def _retention_loop(self) -> None:
+        outage = Outage("the retention sweep")
         while True:
             try:
                 gone = await self.store.run(lambda tx: _flows.sweep(tx, time.time()))
                 for flow_type, flow_id in gone:
                     self.streams.drop_flow(flow_type, flow_id)
-            except Exception:
-                log.exception("retention sweep failed")
-            await asyncio.sleep(self.config.retention_sweep_interval_s)
+            except Exception as exc:
+                self.health.note(exc)
+                delay = min(outage.failed(exc), self.config.retention_sweep_interval_s)
+            else:
+                outage.ok()
+                delay = self.config.retention_sweep_interval_s
+            await asyncio.sleep(delay)
+
+    async def _probe_loop(self) -> None:
+        """Ask the store for an empty transaction every second: what ``/v1/health`` shows."""
+        outage = Outage("the store probe")
+        while True:
+            try:
+                await asyncio.wait_for(self.store.run(_probe), _PROBE_TIMEOUT_S)
+            except TimeoutError:
+                # leave the reason to StoreHealth: the last answer grows stale
+                pass
+            except Exception as exc:
+                self.health.failed(exc)
+                outage.failed(exc)
+            else:
+                self.health.ok()
+                outage.ok()
+            await asyncio.sleep(_PROBE_EVERY_S)
+
+
+def _probe(tx: Tx) -> None:
+    return None
 
 
 def _log_fenced(exc: _steps.FencedError) -> None:
     log.warning("not committing for an attempt another server took over: %s", exc)
-
-
-_background: set[asyncio.Future[Any]] = set()
-
-
-def _task_done(task: asyncio.Future[Any]) -> None:
-    _background.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.error("background job failed", exc_info=task.exception())

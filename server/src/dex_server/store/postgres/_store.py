@@ -240,8 +240,10 @@ class PostgresStore:
                 if conn is None or conn.closed or conn.broken:
                     conn = connect(self.url, fsync=True, application_name="dex-server-listener")
                     conn.execute("LISTEN dex")
-                    failures = 0
                 self._beat(conn)
+                if failures:
+                    log.warning("store: signal connection open again")
+                    failures = 0
                 for n in conn.notifies(timeout=_HEARTBEAT_S):
                     sender, _, rest = n.payload.partition("|")
                     if sender == self.server_id:
@@ -253,8 +255,9 @@ class PostgresStore:
                     conn.close()
                 conn = None
                 delay = _RECONNECT_BACKOFF_S[min(failures, len(_RECONNECT_BACKOFF_S) - 1)]
+                if failures == 0:  # once per outage, not once per reconnect attempt
+                    log.warning("store: signal connection lost (%s); reconnecting", exc)
                 failures += 1
-                log.warning("store: signal connection lost (%s); reconnecting", exc)
                 self._stopping.wait(delay)
         if conn is not None:
             # stopping: let another server take over what this one dispatched right away

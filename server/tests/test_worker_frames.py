@@ -1,0 +1,118 @@
+"""Frames a Worker should not send: too large, or not readable. The server answers them.
+
+A raw Worker (no SDK) sends a result frame over the announced ``max_worker_frame_bytes``,
+or a garbled one: the attempt fails with an error naming the problem, the connection stays
+open, and the task is not delivered again at the same attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+from dex._protocol import (
+    DecisionSpec,
+    FlowSpec,
+    Heartbeat,
+    HeartbeatAck,
+    RetryPolicySpec,
+    StartFlowRequest,
+    StepOptionsSpec,
+    StepSpec,
+    Task,
+    TaskResult,
+    encoder,
+)
+from dex_server.testing import running_server
+
+from tests._rawworker import RawWorker, raw
+
+MIB = 1024 * 1024
+SPEC = FlowSpec(
+    flow_type="Frames",
+    start_step="A",
+    steps=[
+        StepSpec(
+            step_type="A",
+            options=StepOptionsSpec(execute_retry=RetryPolicySpec(maximum_attempts=1)),
+        )
+    ],
+)
+
+
+async def silent(w: RawWorker, t: Task) -> TaskResult | None:
+    return None  # the test sends the frames itself
+
+
+async def start(http: httpx.AsyncClient, flow_id: str) -> None:
+    body = encoder.encode(StartFlowRequest(flow_type="Frames", flow_id=flow_id, spec=SPEC))
+    assert (await http.post("/v1/flows", content=body)).status_code == 200
+
+
+async def first_task(w: RawWorker) -> Task:
+    deadline = time.monotonic() + 20
+    while not w.tasks:
+        assert time.monotonic() < deadline, "no task arrived"
+        await asyncio.sleep(0.02)
+    return w.tasks[0]
+
+
+async def result_of(http: httpx.AsyncClient, flow_id: str) -> dict[str, object]:
+    body: dict[str, object] = (await http.get(f"/v1/flows/{flow_id}/result?timeout_s=20")).json()
+    return body
+
+
+async def test_an_oversized_result_frame_fails_its_attempt_once(tmp_path: Path) -> None:
+    # frame limit: 4 MiB state + 2 x 1 MiB values + 1 MiB = 7 MiB
+    limits = {"max_value_bytes": MIB, "max_flow_state_bytes": 4 * MIB, "max_request_bytes": MIB}
+    async with (
+        running_server(tmp_path, **limits) as srv,
+        RawWorker(srv.address, [SPEC], silent) as w,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        await start(http, "big")
+        task = await first_task(w)
+        result = TaskResult(
+            task_id=task.task_id,
+            decision=DecisionSpec(kind="graceful_complete", output=raw("x" * (7 * MIB + 1000))),
+        )
+        await w.send_raw(encoder.encode({"type": "result", "result": result}))
+        res = await result_of(http, "big")
+        assert res["status"] == "failed", res
+        assert "max_worker_frame_bytes" in str(res["error_message"]), res
+        assert len(w.tasks) == 1  # not delivered again
+        assert w.ws is not None and w.ws.close_code is None  # the connection stayed open
+
+
+async def test_a_garbled_result_frame_fails_its_attempt_once(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [SPEC], silent) as w,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        await start(http, "garbled")
+        task = await first_task(w)
+        # valid JSON, but not a TaskResult: attribute_writes must be an object
+        bad = {"type": "result", "result": {"task_id": task.task_id, "attribute_writes": 5}}
+        await w.send_raw(encoder.encode(bad))
+        res = await result_of(http, "garbled")
+        assert res["status"] == "failed", res
+        assert "BAD_REQUEST" in str(res["error_message"]), res
+        assert len(w.tasks) == 1
+        assert w.ws is not None and w.ws.close_code is None
+
+
+async def test_a_durable_heartbeat_for_an_unknown_task_gets_an_error(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [SPEC], silent) as w,
+    ):
+        await w.send(Heartbeat(task_id="no-such-task", durable=True, seq=7))
+        deadline = time.monotonic() + 20
+        while not any(isinstance(f, HeartbeatAck) for f in w.frames):
+            assert time.monotonic() < deadline, "the durable heartbeat got no answer"
+            await asyncio.sleep(0.02)
+        ack = next(f for f in w.frames if isinstance(f, HeartbeatAck))
+        assert (ack.task_id, ack.seq, ack.error_code) == ("no-such-task", 7, "FLOW_NOT_ACTIVE")
