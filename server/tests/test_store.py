@@ -11,9 +11,9 @@ from dex_server.store.sqlite import _store, apply_migrations
 
 def test_migrations_are_idempotent(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    assert apply_migrations(conn) == [1, 2, 3]
+    assert apply_migrations(conn) == [1, 2, 3, 4]
     assert apply_migrations(conn) == []
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
 
 
 async def test_group_commit_and_restart(tmp_path: Path) -> None:

@@ -161,6 +161,7 @@ class Runtime:
                     locks=r.locks,
                     timeout_s=r.timeout_s,
                     heartbeat_timeout_s=r.heartbeat_timeout_s,
+                    schedule_to_start_s=r.schedule_to_start_s,
                     task=r.task,
                     version=r.version,
                 )
@@ -548,12 +549,19 @@ class Runtime:
     async def _rpc_errors(env: Envelope, call: Awaitable[TaskResult]) -> TaskResult:
         try:
             return await call
-        except RpcNoWorkerError:
+        except RpcNoWorkerError as exc:
             raise ServiceError(
-                ErrorCode.NO_WORKER_AVAILABLE, f"no Worker serves Flow type {env.flow_type!r}"
+                ErrorCode.NO_WORKER_AVAILABLE,
+                str(exc) or f"no Worker took the RPC of Flow type {env.flow_type!r} in time",
             ) from None
         except (RpcTimeoutError, TimeoutError):
             env.cancelled = True
+            if env.started_at == 0.0:  # never dispatched: it waited for a Worker in vain
+                raise ServiceError(
+                    ErrorCode.NO_WORKER_AVAILABLE,
+                    f"no Worker took the RPC of Flow type {env.flow_type!r} within its "
+                    f"timeout of {env.timeout_s:g}s",
+                ) from None
             raise ServiceError(ErrorCode.REQUEST_TIMEOUT, "the RPC timed out") from None
         except RpcLostError as exc:
             raise ServiceError(ErrorCode.WORKER_API_ERROR, str(exc)) from None
