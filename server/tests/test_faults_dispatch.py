@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import msgspec
+import psycopg
+import pytest
 from dex._protocol import (
     DecisionSpec,
     FlowSpec,
@@ -28,7 +30,12 @@ from dex._protocol import (
     TaskResult,
     encoder,
 )
-from dex_server.testing import running_server
+from dex_server.testing import (
+    RunningServer,
+    create_test_database,
+    drop_test_database,
+    running_server,
+)
 
 from tests._rawworker import RawWorker, raw
 
@@ -190,3 +197,66 @@ async def test_an_rpc_waits_for_a_worker_up_to_its_timeout(tmp_path: Path) -> No
         assert error["code"] == "NO_WORKER_AVAILABLE", error
         assert "'Pinged'" in error["message"] and "3s" in error["message"], error
         assert time.monotonic() - started >= 2.9
+
+
+def _postgres() -> bool:
+    try:
+        drop_test_database(create_test_database())
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _postgres(), reason="PostgreSQL is not reachable")
+async def test_pooled_work_waits_for_a_busy_worker_on_another_server(tmp_path: Path) -> None:
+    """Fault: two servers; the only Worker is attached to server B and busy; a Flow starts
+    on server A. Promise: the Step waits in the pool (longer than the 10 s the servers
+    used to allow) and runs once the Worker is free; a Step with its own
+    schedule-to-start timeout fails with ``SCHEDULE_TO_START_TIMEOUT`` meanwhile."""
+    patient = _spec("Patient", execute_retry=_ONCE)
+    hurried = _spec("Hurried", execute_retry=_ONCE, schedule_to_start_timeout_s=2.0)
+    release = asyncio.Event()
+
+    async def busy_first(w: RawWorker, t: Task) -> TaskResult | None:
+        if t.flow_id == "busy":
+            await release.wait()
+        return _done(t)
+
+    url = create_test_database()
+    a = RunningServer(tmp_path / "a", {"database_url": url})
+    b = RunningServer(tmp_path / "b", {"database_url": url})
+    try:
+        for s in (a, b):
+            s.directory.mkdir(parents=True)
+            await s.start()
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=60) as http_a,
+            httpx.AsyncClient(base_url=b.url, timeout=60) as http_b,
+            RawWorker(b.address, [patient, hurried], busy_first, slots=1, reserved=0) as w,
+        ):
+            assert (await http_b.post("/v1/flows", content=_start(patient, "busy"))).is_success
+            await _poll("the Worker runs the busy Flow", lambda: _has_task(w, "busy"))
+            assert (await http_a.post("/v1/flows", content=_start(patient, "later"))).is_success
+            assert (await http_a.post("/v1/flows", content=_start(hurried, "hurry"))).is_success
+
+            await asyncio.sleep(12.0)  # the scenario: the Worker stays busy for 12 s
+            state = (await http_a.get("/v1/flows/later/state")).json()
+            assert state["info"]["status"] == "running", state
+            res = await _result(http_a, "hurry")
+            assert res["status"] == "failed", res
+            assert "SCHEDULE_TO_START_TIMEOUT" in res["error_message"], res
+            assert "schedule_to_start_timeout=2s" in res["error_message"], res
+
+            release.set()
+            res = await _result(http_a, "later")
+            assert res["status"] == "completed", res
+            assert [t.attempt for t in w.tasks if t.flow_id == "later"] == [1]
+            assert not [t for t in w.tasks if t.flow_id == "hurry"]
+    finally:
+        for s in (a, b):
+            await s.stop()
+        drop_test_database(url)
+
+
+async def _has_task(w: RawWorker, flow_id: str) -> bool:
+    return any(t.flow_id == flow_id for t in w.tasks)
