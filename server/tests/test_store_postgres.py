@@ -65,7 +65,12 @@ def test_concurrent_migrations_apply_once(db_url: str) -> None:
     assert migrate(db_url) == []
     migrate(db_url, verify_only=True)
     with psycopg.connect(db_url) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+        ]
 
 
 def test_verify_only_fails_on_a_database_behind(db_url: str) -> None:
