@@ -49,9 +49,13 @@ async def _stack(directory: Path) -> AsyncIterator[tuple[RunningServer, AsyncCli
             await client.close()
 
 
-async def _worker(server: RunningServer, directory: Path) -> WorkerProcess:
-    """A registered Worker child with the SDK's default task slots."""
-    worker = WorkerProcess(_FACTORY, server_address=server.address, gate_dir=directory)
+async def _worker(
+    server: RunningServer, directory: Path, slots: int | None = None
+) -> WorkerProcess:
+    """A registered Worker child (by default with the SDK's default task slots)."""
+    worker = WorkerProcess(
+        _FACTORY, server_address=server.address, gate_dir=directory, max_concurrent_tasks=slots
+    )
     await asyncio.to_thread(worker.start)
     return worker
 
@@ -101,6 +105,23 @@ async def test_steps_wait_while_their_only_worker_is_down(tmp_path: Path) -> Non
         assert turn_result.single_output(int) == 2
         pids = [line.split()[2] for line in read_log(tmp_path, turn)]
         assert pids == [str(first.pid), str(second.pid)]
+
+
+async def test_a_worker_still_finishing_a_timed_out_attempt_gets_the_retry(
+    tmp_path: Path,
+) -> None:
+    """Fault: an attempt times out and its handler takes 3 s to honour the cancel; its
+    Worker (one Step slot) answers ``no_capacity`` to the retry. Promise: the rejection is
+    temporary: the same Worker gets the retry once it is free, and the Flow completes."""
+    async with _stack(tmp_path) as (server, client):
+        with await _worker(server, tmp_path, slots=2):
+            flow_id = unique_id("slow")
+            await client.start_flow(gap_flows.SLOW, flow_id, flow_id)
+            result = await client.wait_for_flow(flow_id, timeout=60)
+        assert result.status is FlowStatus.COMPLETED, result
+        assert result.single_output(int) == 2
+        attempts = [line.split()[1] for line in read_log(tmp_path, flow_id)]
+        assert attempts == ["1", "2"]
 
 
 async def test_a_flow_schedule_to_start_timeout_fails_its_unserved_steps(

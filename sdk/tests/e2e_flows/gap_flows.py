@@ -5,6 +5,7 @@ Gates live in the Worker child's ``DEX_TEST_GATE_DIR``; each Step's input is its
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import timedelta
 from typing import Any
@@ -75,6 +76,33 @@ class Turn(Flow[str]):
         return StepList.start_step(ModelCall())
 
 
+class Overrun(Step[str]):
+    """Attempt 1 outlives its 1 s timeout and, cancelled, takes 3 s more to clean up, so
+    its Worker is still full when attempt 2 arrives."""
+
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
+        append_log(input, f"overrun {context.attempt} {os.getpid()}")
+        if context.attempt == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                await asyncio.sleep(3.0)  # the scenario: a slow cleanup
+                raise
+        return StepDecision.graceful_complete(context.attempt)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_method_timeout=timedelta(seconds=1),
+            execute_retry=RetryPolicy(initial_interval=timedelta(seconds=0.1), maximum_attempts=2),
+        )
+
+
+class Slow(Flow[str]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Overrun())
+
+
 class Quick(Step[str]):
     def execute(self, context: Context, input: str) -> StepDecision:
         return StepDecision.graceful_complete(input)
@@ -106,7 +134,8 @@ SIDE = Side()
 ONCE = Once()
 TURN = Turn()
 IMPATIENT = Impatient()
-SERVED: list[Flow[Any]] = [SIDE, ONCE, TURN]
+SLOW = Slow()
+SERVED: list[Flow[Any]] = [SIDE, ONCE, TURN, SLOW]
 
 
 def registry() -> Registry:
