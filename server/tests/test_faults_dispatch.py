@@ -30,6 +30,8 @@ from dex._protocol import (
     TaskResult,
     encoder,
 )
+from dex_server.__main__ import config_from_args
+from dex_server.app import ServerConfig
 from dex_server.testing import (
     RunningServer,
     create_test_database,
@@ -260,3 +262,13 @@ async def test_pooled_work_waits_for_a_busy_worker_on_another_server(tmp_path: P
 
 async def _has_task(w: RawWorker, flow_id: str) -> bool:
     return any(t.flow_id == flow_id for t in w.tasks)
+
+
+def test_the_dispatch_wait_flag_is_an_optional_server_default(tmp_path: Path) -> None:
+    """``--dispatch-wait-s`` still parses: off by default (and with 0), else seconds."""
+    base = ["--database-path", str(tmp_path / "d.sqlite3")]
+    assert config_from_args(base).dispatch_wait_s is None
+    assert config_from_args([*base, "--dispatch-wait-s", "0"]).dispatch_wait_s is None
+    assert config_from_args([*base, "--dispatch-wait-s", "2.5"]).dispatch_wait_s == 2.5
+    with pytest.raises(ValueError, match="dispatch_wait_s"):
+        ServerConfig(database_path=tmp_path / "d.sqlite3", dispatch_wait_s=-1.0)

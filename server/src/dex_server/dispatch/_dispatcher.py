@@ -356,9 +356,8 @@ class Dispatcher:
                             )
                         )
                 else:
-                    limit = self.schedule_to_start(env)
-                    assert limit is not None
-                    self.host.attempt_failed(env, schedule_to_start_error(flow_type, limit))
+                    error = schedule_to_start_error(flow_type, self.schedule_to_start(env))
+                    self.host.attempt_failed(env, error)
         for flow_type, at in list(self.retry_rejected.items()):
             if mono >= at:
                 del self.retry_rejected[flow_type]

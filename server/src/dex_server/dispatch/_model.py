@@ -14,12 +14,19 @@ SCHEDULE_TO_START_TIMEOUT = "SCHEDULE_TO_START_TIMEOUT"
 """``error_type`` of an attempt no Worker took within its schedule-to-start timeout."""
 
 
-def schedule_to_start_error(flow_type: str, timeout_s: float) -> ErrorInfo:
-    """The failure of an attempt that waited ``timeout_s`` for a Worker in vain."""
+def schedule_to_start_error(flow_type: str, timeout_s: float | None) -> ErrorInfo:
+    """The failure of an attempt that waited ``timeout_s`` for a Worker in vain.
+
+    ``None``: the limit is not known here (another server's default set the deadline).
+    """
+    limit = (
+        "its schedule_to_start_timeout"
+        if timeout_s is None
+        else (f"schedule_to_start_timeout={timeout_s:g}s")
+    )
     return ErrorInfo(
         error_type=SCHEDULE_TO_START_TIMEOUT,
-        message=f"no Worker started the task of Flow type {flow_type!r} within "
-        f"schedule_to_start_timeout={timeout_s:g}s",
+        message=f"no Worker started the task of Flow type {flow_type!r} within {limit}",
     )
 
 

@@ -526,9 +526,7 @@ def fail_unserved(
             run_id=run_id, execution_id=eid, kind=kind, attempt=e.attempt, started_at=now
         )
         limit = e.options.schedule_to_start_timeout_s
-        err = schedule_to_start_error(
-            flow.flow_type, limit if limit is not None else default_s or 0
-        )
+        err = schedule_to_start_error(flow.flow_type, limit if limit is not None else default_s)
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
     return eff
