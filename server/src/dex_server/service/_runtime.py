@@ -543,7 +543,22 @@ class Runtime:
         saved_locks, env.locks = env.locks, []
         self.dispatcher.offer(env)
         env.locks, env.locks_held = saved_locks, bool(saved_locks)
-        return await self._rpc_errors(env, asyncio.wait_for(fut, timeout + 1.0))
+        return await self._rpc_errors(env, self._rpc_result(env, fut, timeout))
+
+    @staticmethod
+    async def _rpc_result(
+        env: Envelope, fut: asyncio.Future[TaskResult], timeout: float
+    ) -> TaskResult:
+        try:
+            return await asyncio.wait_for(fut, timeout + 1.0)
+        except TimeoutError:
+            if env.started_at == 0.0:  # never dispatched: it waited for a Worker in vain
+                env.cancelled = True
+                raise RpcNoWorkerError(
+                    f"no Worker took the RPC of Flow type {env.flow_type!r} within its "
+                    f"timeout of {env.timeout_s:g}s"
+                ) from None
+            raise
 
     @staticmethod
     async def _rpc_errors(env: Envelope, call: Awaitable[TaskResult]) -> TaskResult:
@@ -556,12 +571,6 @@ class Runtime:
             ) from None
         except (RpcTimeoutError, TimeoutError):
             env.cancelled = True
-            if env.started_at == 0.0:  # never dispatched: it waited for a Worker in vain
-                raise ServiceError(
-                    ErrorCode.NO_WORKER_AVAILABLE,
-                    f"no Worker took the RPC of Flow type {env.flow_type!r} within its "
-                    f"timeout of {env.timeout_s:g}s",
-                ) from None
             raise ServiceError(ErrorCode.REQUEST_TIMEOUT, "the RPC timed out") from None
         except RpcLostError as exc:
             raise ServiceError(ErrorCode.WORKER_API_ERROR, str(exc)) from None
