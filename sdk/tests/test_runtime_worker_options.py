@@ -30,7 +30,9 @@ class AsyncFlow(Flow[int]):
 
 def test_pull_defaults() -> None:
     options = PullWorkerOptions()
-    assert options.resolved_max_tasks() == (os.cpu_count() or 1)
+    assert options.resolved_max_tasks() == 100  # an AsyncWorker's default
+    assert options.resolved_max_tasks(7) == 7
+    assert options.resolved_reserved_rpc_tasks() == 1
     assert PullWorkerOptions(max_concurrent_tasks=1).resolved_reserved_rpc_tasks() == 0
     assert PullWorkerOptions(max_concurrent_tasks=2).resolved_reserved_rpc_tasks() == 1
     assert PullWorkerOptions(max_concurrent_tasks=8).resolved_reserved_rpc_tasks() == 1
@@ -76,6 +78,31 @@ def test_worker_slots_and_register_frame() -> None:
     )
     assert [f.flow_type for f in frame.flows] == ["AsyncFlow"]
     assert worker.max_step_tasks == 2
+
+
+class SyncStep(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input)
+
+
+class SyncFlow(Flow[int]):
+    def get_steps(self) -> StepList:
+        return StepList.start_step(SyncStep())
+
+
+def test_default_slots_run_many_handlers_at_once() -> None:
+    """By default an AsyncWorker has 100 slots, a sync Worker one thread per slot."""
+    async_worker = AsyncWorker(Registry([AsyncFlow()], allow_async_handlers=True))
+    assert (async_worker.max_tasks, async_worker.max_step_tasks) == (100, 99)
+    sync_worker = Worker(Registry([SyncFlow()]))
+    frame = sync_worker._worker.register_frame()
+    assert frame.max_concurrent_tasks == max(16, 4 * (os.cpu_count() or 1))
+    assert frame.reserved_rpc_tasks == 1
+    explicit = Worker(
+        Registry([SyncFlow()]),
+        options=WorkerOptions(pull=PullWorkerOptions(max_concurrent_tasks=3)),
+    )
+    assert explicit._worker.register_frame().max_concurrent_tasks == 3
 
 
 def test_sync_worker_rejects_async_handlers() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from dex._state import Attribute, AttributeMap, Channel, ChannelMap, Stream
@@ -107,3 +108,14 @@ class Flow(Generic[T]):
     def get_persistence_schema(self) -> PersistenceSchema:
         """Return the Flow's state declarations. Default: none."""
         return PersistenceSchema.of()
+
+    def get_schedule_to_start_timeout(self) -> timedelta | float | None:
+        """Return the schedule-to-start timeout of this Flow's Steps (timedelta or seconds).
+
+        It applies to every Step attempt whose options (the Step type's, or a movement's)
+        set no ``StepOptions.schedule_to_start_timeout`` of their own: a ready attempt no
+        Worker takes within it fails with ``SCHEDULE_TO_START_TIMEOUT`` and follows its
+        retry policy. Default None: the server's default, which is to wait for a Worker
+        as long as it takes.
+        """
+        return None

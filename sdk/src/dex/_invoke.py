@@ -9,8 +9,11 @@ never escape: they become ``TaskResult.error``. ``asyncio.CancelledError`` propa
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from msgspec import Raw
@@ -86,15 +89,19 @@ def error_info(exc: BaseException) -> ErrorInfo:
     )
 
 
-async def invoke(registry: Registry, task: Task, io: TaskIO) -> TaskResult:
+async def invoke(
+    registry: Registry, task: Task, io: TaskIO, *, executor: Executor | None = None
+) -> TaskResult:
     """Run one task's handler and return its one result (never raises for user errors).
+
+    Sync handlers run on ``executor`` (None: the loop's default executor).
 
     Raises:
         asyncio.CancelledError: the Worker cancelled the task (the result is not needed).
 
     """
     try:
-        return await _invoke(registry, task, io)
+        return await _invoke(registry, task, io, executor)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -105,13 +112,15 @@ def _input(data: Raw | None) -> bytes:
     return _NULL if data is None else bytes(data)
 
 
-async def _invoke(registry: Registry, task: Task, io: TaskIO) -> TaskResult:
+async def _invoke(
+    registry: Registry, task: Task, io: TaskIO, executor: Executor | None
+) -> TaskResult:
     try:
         entry = registry.flow_entry(task.flow_type)
     except KeyError:
         raise DexError(f"Flow type {task.flow_type!r} is not registered here") from None
     if task.kind == "rpc":
-        return await _invoke_rpc(entry, task, io)
+        return await _invoke_rpc(entry, task, io, executor)
     se = entry.steps.get(task.step_type or "")
     if se is None:
         raise DexError(f"Step type {task.step_type!r} is not in Flow {task.flow_type!r}")
@@ -127,13 +136,15 @@ async def _invoke(registry: Registry, task: Task, io: TaskIO) -> TaskResult:
     if task.kind == "wait_for":
         if se.wait_for_kind is None:
             raise DexError(f"Step {se.step_type} has no wait_for")
-        result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,))
+        result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,), executor)
         return _result(inv, wait=wait_spec(result, entry))
-    result = await _run(se.step.execute, se.execute_kind, inv, (value,))
+    result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     return _result(inv, decision=decision_spec(result, entry))
 
 
-async def _invoke_rpc(entry: FlowEntry, task: Task, io: TaskIO) -> TaskResult:
+async def _invoke_rpc(
+    entry: FlowEntry, task: Task, io: TaskIO, executor: Executor | None
+) -> TaskResult:
     re = entry.rpcs.get(task.rpc_name or "")
     if re is None:
         raise DexError(f"RPC {task.rpc_name!r} is not defined on Flow {task.flow_type!r}")
@@ -148,7 +159,7 @@ async def _invoke_rpc(entry: FlowEntry, task: Task, io: TaskIO) -> TaskResult:
         io=io,
         loop=asyncio.get_running_loop(),
     )
-    result = await _run(re.method, re.kind, inv, args)
+    result = await _run(re.method, re.kind, inv, args, executor)
     movements = []
     cancels: list[str] = []
     output = result
@@ -182,7 +193,13 @@ def _result(inv: _Invocation, **kw: Any) -> TaskResult:
     )
 
 
-async def _run(fn: Callable[..., Any], kind: str, inv: _Invocation, args: tuple[Any, ...]) -> Any:
+async def _run(
+    fn: Callable[..., Any],
+    kind: str,
+    inv: _Invocation,
+    args: tuple[Any, ...],
+    executor: Executor | None,
+) -> Any:
     if kind == "async":
         inv.stream_mode = "direct"
         return await fn(AsyncContext(inv), *args)
@@ -190,12 +207,18 @@ async def _run(fn: Callable[..., Any], kind: str, inv: _Invocation, args: tuple[
     try:
         if kind == "generator":
             inv.stream_mode = "frame"
-            return await asyncio.to_thread(_drive, fn, ctx, args, inv)
+            return await _in_thread(executor, _drive, fn, ctx, args, inv)
         inv.stream_mode = "threadsafe"
-        return await asyncio.to_thread(fn, ctx, *args)
+        return await _in_thread(executor, fn, ctx, *args)
     except asyncio.CancelledError:
         inv.cancelled = True  # the thread sees it through is_cancellation_requested()
         raise
+
+
+async def _in_thread(executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread`` on ``executor``: the thread sees this task's context variables."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
 
 
 def _drive(fn: Callable[..., Any], ctx: Context, args: tuple[Any, ...], inv: _Invocation) -> Any:

@@ -82,6 +82,16 @@ class RetryPolicy:
             )
 
 
+def check_schedule_to_start(owner: str, value: Duration | None) -> float | None:
+    """Return a schedule-to-start timeout in seconds, or raise ``ValueError`` naming it."""
+    v = seconds(value)
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise ValueError(
+            f"{owner}.schedule_to_start_timeout must be a finite positive duration, got {value!r}"
+        )
+    return v
+
+
 def _tuple(v: Any) -> tuple[Any, ...]:
     return tuple(v) if not isinstance(v, tuple) else v
 
@@ -98,6 +108,13 @@ class StepOptions:
         execute_method_timeout: per-attempt timeout of ``execute`` (default 2 h).
         heartbeat_timeout: fail an attempt when no heartbeat/output frame arrives within it
             (default None: no heartbeat timeout).
+        schedule_to_start_timeout: the longest a ready attempt waits for a
+            Worker to take it (timedelta or seconds). When it passes, the attempt fails
+            with error type ``SCHEDULE_TO_START_TIMEOUT`` and follows the retry policy.
+            The wait restarts whenever the task is queued again (its Worker was lost, or
+            a Worker rejected it). Default None: the Flow's
+            ``get_schedule_to_start_timeout()``, else the server's default (none: a task
+            waits for a Worker as long as it takes).
         wait_for_retry / execute_retry: retry policies (default ``RetryPolicy()``).
         wait_for_failure: FAIL_FLOW (default) or PROCEED.
         execute_failure_step / execute_failure_options: the recovery route set by
@@ -134,6 +151,7 @@ class StepOptions:
     execute_load_channel_maps: tuple[ChannelMap[Any], ...] = ()
     wait_for_load_channel_map_instances: tuple[InstanceLoad, ...] = ()
     execute_load_channel_map_instances: tuple[InstanceLoad, ...] = ()
+    schedule_to_start_timeout: Duration | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -143,6 +161,7 @@ class StepOptions:
             v = seconds(getattr(self, name))
             if v is not None and v <= 0:
                 raise ValueError(f"StepOptions.{name} must be positive")
+        check_schedule_to_start("StepOptions", self.schedule_to_start_timeout)
 
     def on_execute_failure_proceed_to(
         self, step: type[Step[Any]], options: StepOptions | None = None

@@ -68,6 +68,8 @@ class StepOptionsSpec(Struct, kw_only=True, omit_defaults=True):
     wait_for_timeout_s: float = 7200.0
     execute_timeout_s: float = 7200.0
     heartbeat_timeout_s: float | None = None  # None: no heartbeat timeout
+    # longest wait of a ready attempt for a Worker; None: the server's default (forever)
+    schedule_to_start_timeout_s: float | None = None
     wait_for_retry: RetryPolicySpec = msgspec.field(default_factory=RetryPolicySpec)
     execute_retry: RetryPolicySpec = msgspec.field(default_factory=RetryPolicySpec)
     wait_for_failure_proceed: bool = False  # PROCEED: run execute with wait_for_method_failed

@@ -8,6 +8,7 @@ from typing import Any
 
 from dex._codec import Codec, CodecRegistry, codec_for
 from dex._flow import Flow, PersistenceSchema, StepList
+from dex._options import check_schedule_to_start
 from dex._protocol import FlowSpec, RpcSpec, StateDecl, StepOptionsSpec, StepSpec
 from dex._rpc import RpcDef, rpc_def, rpc_signature, rpc_spec
 from dex._spec import load_spec, lock_list, options_spec
@@ -57,6 +58,7 @@ class FlowEntry:
     rpcs: dict[str, RpcEntry] = field(default_factory=dict)
     spec: FlowSpec | None = None  # set once compiled
     has_async: bool = False
+    schedule_to_start_s: float | None = None  # the Flow's default for its Steps' options
 
     def resolve(self, step: object) -> StepEntry | None:
         """Return the entry of a Step class or instance of this Flow, else None."""
@@ -201,6 +203,12 @@ def compile_flow(flow: Flow[Any], codecs: CodecRegistry | None, *, allow_async: 
     entry = FlowEntry(
         flow=flow, flow_type=flow_type, codec=codecs.get if codecs is not None else codec_for
     )
+    try:
+        entry.schedule_to_start_s = check_schedule_to_start(
+            f"Flow {flow_type}", flow.get_schedule_to_start_timeout()
+        )
+    except (ValueError, TypeError) as exc:
+        raise FlowDefinitionError(str(exc)) from exc
     state = _declare(entry, flow.get_persistence_schema(), flow_type)
     steps = flow.get_steps()
     if not isinstance(steps, StepList):
@@ -212,7 +220,11 @@ def compile_flow(flow: Flow[Any], codecs: CodecRegistry | None, *, allow_async: 
     for se in entry.steps.values():
         options = se.step.get_step_options()
         where = f"Flow {flow_type}, Step {se.step_type} options"
-        opts = options_spec(options, entry, where) if options is not None else StepOptionsSpec()
+        opts = (
+            options_spec(options, entry, where)
+            if options is not None
+            else StepOptionsSpec(schedule_to_start_timeout_s=entry.schedule_to_start_s)
+        )
         se.spec = StepSpec(step_type=se.step_type, has_wait_for=se.has_wait_for, options=opts)
     rpcs = _add_rpcs(entry, allow_async)
     entry.spec = FlowSpec(

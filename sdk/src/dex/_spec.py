@@ -135,6 +135,11 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
         wait_for_timeout_s=wait_for_timeout,
         execute_timeout_s=execute_timeout,
         heartbeat_timeout_s=seconds(o.heartbeat_timeout),
+        schedule_to_start_timeout_s=(
+            seconds(o.schedule_to_start_timeout)
+            if o.schedule_to_start_timeout is not None
+            else entry.schedule_to_start_s
+        ),
         wait_for_retry=retry_spec(o.wait_for_retry),
         execute_retry=retry_spec(o.execute_retry),
         wait_for_failure_proceed=o.wait_for_failure == WaitForFailurePolicy.PROCEED,

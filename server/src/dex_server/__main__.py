@@ -41,7 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
     p.add_argument("--max-value-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-flow-state-bytes", type=int, default=64 * 1024 * 1024)
-    p.add_argument("--dispatch-wait-s", type=float, default=10.0)
+    p.add_argument(
+        "--dispatch-wait-s",
+        type=float,
+        default=None,
+        help="default schedule-to-start timeout of Step attempts, in seconds (default, or"
+        " 0: none, a ready attempt waits for a Worker as long as it takes)",
+    )
     p.add_argument(
         "--server-lease-s",
         type=float,
@@ -80,7 +86,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         max_request_bytes=a.max_request_bytes,
         max_value_bytes=a.max_value_bytes,
         max_flow_state_bytes=a.max_flow_state_bytes,
-        dispatch_wait_s=a.dispatch_wait_s,
+        dispatch_wait_s=a.dispatch_wait_s or None,
         log_level=a.log_level,
         server_lease_s=a.server_lease_s,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -54,8 +55,10 @@ class ServerConfig:
         max_flow_state_bytes: largest total of one Flow's Attributes and pending messages.
             The largest frame a Worker may send follows from these limits (see
             :attr:`max_worker_frame_bytes`).
-        dispatch_wait_s: how long a task may wait while no connected Worker accepts its
-            Flow type before it fails with ``NO_WORKER_AVAILABLE``.
+        dispatch_wait_s: the server's default schedule-to-start timeout: how long a ready
+            Step attempt whose options set none may wait for a Worker before it fails with
+            ``SCHEDULE_TO_START_TIMEOUT`` (and follows its retry policy). ``None`` (the
+            default): it waits as long as it takes.
         fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
             ``False`` uses ``NORMAL`` (survives process crashes only). Defaults to
             ``True`` unless env ``DEX_SERVER_FSYNC`` is ``0`` (for benchmarks that
@@ -79,7 +82,7 @@ class ServerConfig:
     max_request_bytes: int = 16 * _MIB
     max_value_bytes: int = 4 * _MIB
     max_flow_state_bytes: int = 64 * _MIB
-    dispatch_wait_s: float = 10.0
+    dispatch_wait_s: float | None = None
     fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
@@ -87,6 +90,13 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if (self.database_path is None) == (self.database_url is None):
             raise ValueError("ServerConfig needs exactly one of database_path and database_url")
+        if self.dispatch_wait_s is not None and not (
+            math.isfinite(self.dispatch_wait_s) and self.dispatch_wait_s > 0
+        ):
+            raise ValueError(
+                "dispatch_wait_s must be a finite positive number or None, not "
+                f"{self.dispatch_wait_s}"
+            )
         if self.pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
@@ -18,7 +19,7 @@ from dex._protocol import Register, Task, TaskResult
 from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
 from dex._worker._blobs import BlobResolver
-from dex._worker._options import WorkerOptions
+from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions
 from dex._worker._session import RegistrationRejectedError, Session
 from dex._worker._stats import WorkerStats
 
@@ -49,6 +50,10 @@ class AsyncWorker:
             Worker keeps recent blobs in memory only.
         options: server address, task slots, drain timeout, credential.
 
+    Task slots: ``PullWorkerOptions.max_concurrent_tasks`` handlers at once (default 100),
+    of which ``reserved_rpc_tasks`` (default 1) only RPCs use. Sync handlers run on a
+    thread pool with one thread per slot (threads start on demand).
+
     ``await worker.start()`` runs until ``await worker.stop()`` (or use ``await
     worker.run()``, which also stops gracefully on SIGTERM/SIGINT). The Worker holds one
     WebSocket to the server, reconnecting with backoff (0.1 s doubling to 5 s; 60 s after
@@ -69,8 +74,8 @@ class AsyncWorker:
         self.blob_cache = blob_cache
         self.options = options
         pull = options.pull
-        self.max_tasks = pull.resolved_max_tasks()
-        self.reserved_rpc_tasks = pull.resolved_reserved_rpc_tasks()
+        self.max_tasks = pull.resolved_max_tasks(self._default_slots())
+        self.reserved_rpc_tasks = pull.resolved_reserved_rpc_tasks(self._default_slots())
         self.max_step_tasks = self.max_tasks - self.reserved_rpc_tasks
         self.app_worker_id = pull.resolved_app_worker_id()
         self.stats = WorkerStats()
@@ -84,6 +89,11 @@ class AsyncWorker:
         self._drain_timeout: float | None = None
         self._http: HttpTransport | None = None
         self._blobs: BlobResolver | None = None
+        self._threads: ThreadPoolExecutor | None = None
+
+    @staticmethod
+    def _default_slots() -> int:
+        return DEFAULT_ASYNC_TASK_SLOTS
 
     # ------------------------------------------------------------------ public API
 
@@ -102,10 +112,13 @@ class AsyncWorker:
             self.options.server_address, credential=self.options.credential, timeout=60.0
         )
         self._blobs = BlobResolver(self._http, self.blob_cache, self.stats)
+        self._threads = ThreadPoolExecutor(self.max_tasks, thread_name_prefix="dex-handler")
         try:
             await self._connect_loop()
         finally:
             await self._http.aclose()
+            # handlers still running after the drain were cancelled: do not wait for them
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking tasks, let running ones finish, then disconnect.
@@ -174,7 +187,7 @@ class AsyncWorker:
         Handler errors become an error ``TaskResult``; it raises only on cancellation.
         Safe to call concurrently, one call per task.
         """
-        return await invoke(self.registry, task, io)
+        return await invoke(self.registry, task, io, executor=self._threads)
 
     def register_frame(self) -> Register:
         """Return the ``Register`` frame a session sends first: ID, Flow specs, task slots."""

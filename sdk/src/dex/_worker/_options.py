@@ -9,6 +9,17 @@ import string
 from dataclasses import dataclass, field
 
 _DEFAULT_DRAIN_S = 30.0
+
+DEFAULT_ASYNC_TASK_SLOTS = 100
+"""Task slots of an ``AsyncWorker`` by default: handlers waiting on I/O (a model call, a
+child Flow) run side by side; sync handlers get one thread each."""
+
+
+def default_thread_slots() -> int:
+    """Task slots (= handler threads) of a sync ``Worker`` by default: ``max(16, 4 × CPUs)``."""
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
 _B32 = string.ascii_lowercase + "234567"
 
 
@@ -17,7 +28,9 @@ class PullWorkerOptions:
     """How a Worker pulls tasks from the server.
 
     Attributes:
-        max_concurrent_tasks: handlers running at once (task slots); 0 → ``os.cpu_count()``.
+        max_concurrent_tasks: handlers running at once (task slots); 0 → the Worker's
+            default: 100 for an ``AsyncWorker``, ``max(16, 4 × CPUs)`` for a sync
+            ``Worker``. Sync handlers run on a thread pool of this size.
         idle_streams_per_queue: accepted for compatibility; one WebSocket carries every
             task of this Worker, so it has no effect.
         app_worker_id: this Worker's id (1-63 chars of ``[A-Za-z0-9._-]``); empty →
@@ -35,20 +48,22 @@ class PullWorkerOptions:
     stop_drain_timeout: float = 0.0
     reserved_rpc_tasks: int | None = None
 
-    def resolved_max_tasks(self) -> int:
-        """Return the effective task-slot limit."""
+    def resolved_max_tasks(self, default: int = DEFAULT_ASYNC_TASK_SLOTS) -> int:
+        """Return the effective task-slot limit (``default`` when not set)."""
         if self.max_concurrent_tasks < 0:
             raise ValueError("max_concurrent_tasks must be >= 0")
-        return self.max_concurrent_tasks or os.cpu_count() or 1
+        return self.max_concurrent_tasks or default
 
-    def resolved_reserved_rpc_tasks(self) -> int:
+    def resolved_reserved_rpc_tasks(self, default: int = DEFAULT_ASYNC_TASK_SLOTS) -> int:
         """Return the effective number of slots reserved for RPCs.
+
+        ``default`` is the slot limit when ``max_concurrent_tasks`` is not set.
 
         Raises:
             ValueError: the reserve is negative or not smaller than the limit.
 
         """
-        limit = self.resolved_max_tasks()
+        limit = self.resolved_max_tasks(default)
         if self.reserved_rpc_tasks is None:
             return 1 if limit >= 2 else 0
         if not 0 <= self.reserved_rpc_tasks < limit:

@@ -9,9 +9,17 @@ from typing import Any
 from dex._blob_cache import BlobCache
 from dex._registry import Registry
 from dex._worker._async_worker import AsyncWorker
-from dex._worker._options import WorkerOptions
+from dex._worker._options import WorkerOptions, default_thread_slots
 from dex._worker._stats import WorkerStats
 from dex.errors import FlowDefinitionError
+
+
+class _ThreadWorker(AsyncWorker):
+    """The ``AsyncWorker`` under a sync ``Worker``: every handler holds a thread."""
+
+    @staticmethod
+    def _default_slots() -> int:
+        return default_thread_slots()
 
 
 class Worker:
@@ -21,6 +29,10 @@ class Worker:
         registry: a ``Registry`` without async handlers (use ``AsyncWorker`` for those).
         blob_cache: optional persistent ``BlobCache``.
         options: server address, task slots, drain timeout, credential.
+
+    Task slots: ``PullWorkerOptions.max_concurrent_tasks`` handlers at once, each on its
+    own thread (default ``max(16, 4 × CPUs)``), of which ``reserved_rpc_tasks`` (default
+    1) only RPCs use.
 
     ``start()`` blocks the calling thread until ``stop()`` is called from another thread
     (or, with ``run()`` on the main thread, until SIGTERM/SIGINT).
@@ -40,7 +52,7 @@ class Worker:
             raise FlowDefinitionError(
                 "Worker runs sync handlers only; this Registry has async handlers (use AsyncWorker)"
             )
-        self._worker = AsyncWorker(registry, blob_cache, options)
+        self._worker = _ThreadWorker(registry, blob_cache, options)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._finished = threading.Event()

@@ -9,10 +9,17 @@ from dex_server.dispatch._dispatcher import (
     RpcNoWorkerError,
     RpcTimeoutError,
 )
-from dex_server.dispatch._model import Envelope, InFlight, WorkerConn
+from dex_server.dispatch._model import (
+    SCHEDULE_TO_START_TIMEOUT,
+    Envelope,
+    InFlight,
+    WorkerConn,
+    schedule_to_start_error,
+)
 from dex_server.dispatch._streams import StreamHub
 
 __all__ = [
+    "SCHEDULE_TO_START_TIMEOUT",
     "DispatchHost",
     "Dispatcher",
     "Envelope",
@@ -22,4 +29,5 @@ __all__ = [
     "RpcTimeoutError",
     "StreamHub",
     "WorkerConn",
+    "schedule_to_start_error",
 ]

@@ -9,10 +9,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from dex._protocol import CancelTask, ErrorCode, ErrorInfo, Task, TaskFrame
+from dex._protocol import CancelTask, ErrorInfo, Task, TaskFrame
 
-from dex_server.dispatch._model import Envelope, InFlight, WorkerConn
+from dex_server.dispatch._model import Envelope, InFlight, WorkerConn, schedule_to_start_error
 from dex_server.engine import expired
+
+# how long a Worker's rejection of a task keeps the task from it (unless it frees a slot)
+_REJECT_BACKOFF_S = 1.0
 
 
 class DispatchHost(Protocol):
@@ -29,14 +32,18 @@ class Dispatcher:
     """Matches queued tasks to Worker connections.
 
     Steps wait for their lock keys (held from dispatch until their result commits); RPCs
-    fail fast on a held key (see :meth:`try_lock_rpc`). A task whose Flow type no connected
-    Worker accepts for ``dispatch_wait_s`` fails with ``NO_WORKER_AVAILABLE`` (busy Workers
-    do not count: the task waits for a free slot).
+    fail fast on a held key (see :meth:`try_lock_rpc`). A queued Step waits for a Worker
+    as long as it takes, unless it has a schedule-to-start timeout (its own, else
+    ``schedule_to_start_s``): then the attempt fails with ``SCHEDULE_TO_START_TIMEOUT``.
+    A queued RPC waits up to its own timeout. Every requeue (Worker lost, task rejected)
+    restarts the wait. A Worker that rejected a task is offered it again once it ended
+    another task, or after ``_REJECT_BACKOFF_S``.
     """
 
-    def __init__(self, host: DispatchHost, dispatch_wait_s: float) -> None:
+    def __init__(self, host: DispatchHost, schedule_to_start_s: float | None = None) -> None:
         self.host = host
-        self.dispatch_wait_s = dispatch_wait_s
+        self.schedule_to_start_s = schedule_to_start_s
+        self.retry_rejected: dict[str, float] = {}  # Flow type → when to offer rejected tasks
         self.queues: dict[str, deque[Envelope]] = {}
         self.conns: dict[int, WorkerConn] = {}
         self.inflight: dict[str, InFlight] = {}
@@ -58,7 +65,6 @@ class Dispatcher:
                 self.lock_waiters.setdefault(env.run_id, []).append(env)
                 return
             env.task = None  # snapshot after the locks are held
-        env.enqueued_at = time.monotonic()
         versions = self.host.versions()
         if env.task is None or (env.kind != "rpc" and versions.get(env.run_id, 0) > env.version):
             self._spawn(self._build_then_queue(env))
@@ -74,6 +80,7 @@ class Dispatcher:
         self._queue(env)
 
     def _queue(self, env: Envelope) -> None:
+        env.enqueued_at = time.monotonic()
         q = self.queues.setdefault(env.flow_type, deque())
         if env.kind == "rpc":
             q.appendleft(env)
@@ -134,12 +141,21 @@ class Dispatcher:
         )
         return free - len(self.queues.get(flow_type, ()))
 
-    @staticmethod
-    def _pick(conns: list[WorkerConn], env: Envelope) -> WorkerConn | None:
+    def _pick(self, conns: list[WorkerConn], env: Envelope) -> WorkerConn | None:
         best: WorkerConn | None = None
+        now = time.monotonic()
         for c in conns:
-            if c.id in env.rejected_by or not c.can_take(env.kind):
+            if not c.can_take(env.kind):
                 continue
+            rejected = env.rejected_by.get(c.id)
+            # a rejection is temporary: it lasts until the Worker ends a task, or a backoff
+            if rejected is not None and rejected > c.freed_at:
+                retry_at = rejected + _REJECT_BACKOFF_S
+                if now < retry_at:
+                    known = self.retry_rejected.get(env.flow_type)
+                    if known is None or retry_at < known:
+                        self.retry_rejected[env.flow_type] = retry_at
+                    continue
             if best is None or c.total < best.total:
                 best = c
         return best
@@ -197,6 +213,7 @@ class Dispatcher:
         inflight = conn.tasks.get(task_id)
         if inflight is None:
             return None
+        conn.freed_at = time.monotonic()
         self._release_slot(inflight)
         return inflight
 
@@ -204,9 +221,9 @@ class Dispatcher:
         inflight = conn.tasks.get(task_id)
         if inflight is None:
             return
-        self._release_slot(inflight)
         env = inflight.env
-        env.rejected_by.add(conn.id)
+        env.rejected_by[conn.id] = time.monotonic()
+        self._release_slot(inflight)
         if not env.cancelled:
             self._queue(env)
 
@@ -285,7 +302,7 @@ class Dispatcher:
                 continue
             if env.kind == "rpc":
                 if env.result is not None and not env.result.done():
-                    env.rejected_by.discard(conn.id)
+                    env.rejected_by.pop(conn.id, None)
                     self._queue(env) if not inflight.frames else env.result.set_exception(
                         _LostError("the Worker connection was lost during the RPC")
                     )
@@ -303,7 +320,7 @@ class Dispatcher:
     # ------------------------------------------------------------------ leases
 
     def check(self) -> None:
-        """Fail attempts past their timeouts and tasks no Worker accepts in time."""
+        """Fail attempts past their timeouts and queued tasks past their wait for a Worker."""
         now = time.time()
         for inflight in list(self.inflight.values()):
             kind = expired(
@@ -330,25 +347,35 @@ class Dispatcher:
             )
         mono = time.monotonic()
         for flow_type, q in self.queues.items():
-            serving = [c for c in self.conns.values() if flow_type in c.flow_types]
-            for env in list(q):
-                if env.cancelled or mono - env.enqueued_at < self.dispatch_wait_s:
-                    continue
-                if serving and not all(c.id in env.rejected_by for c in serving):
-                    continue
+            for env in [e for e in q if self._overdue(e, mono)]:
                 q.remove(env)
                 if env.kind == "rpc":
                     if env.result is not None and not env.result.done():
-                        env.result.set_exception(_NoWorkerError(flow_type))
+                        env.result.set_exception(
+                            _NoWorkerError(
+                                f"no Worker took the RPC of Flow type {flow_type!r} within "
+                                f"its timeout of {env.timeout_s:g}s"
+                            )
+                        )
                 else:
-                    self.host.attempt_failed(
-                        env,
-                        ErrorInfo(
-                            error_type=ErrorCode.NO_WORKER_AVAILABLE,
-                            message=f"no Worker accepted Flow type {flow_type!r} within "
-                            f"{self.dispatch_wait_s}s",
-                        ),
-                    )
+                    error = schedule_to_start_error(flow_type, self.schedule_to_start(env))
+                    self.host.attempt_failed(env, error)
+        for flow_type, at in list(self.retry_rejected.items()):
+            if mono >= at:
+                del self.retry_rejected[flow_type]
+                self.pump(flow_type)
+
+    def schedule_to_start(self, env: Envelope) -> float | None:
+        """The longest ``env`` may wait in a queue for a Worker (None: as long as it takes)."""
+        if env.schedule_to_start_s is not None:
+            return env.schedule_to_start_s
+        return self.schedule_to_start_s
+
+    def _overdue(self, env: Envelope, mono: float) -> bool:
+        if env.cancelled:
+            return False
+        limit = env.timeout_s if env.kind == "rpc" else self.schedule_to_start(env)
+        return limit is not None and mono - env.enqueued_at >= limit
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -6,9 +6,28 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
-from dex._protocol import ServerFrame, Task, TaskResult, encoder
+from dex._protocol import ErrorInfo, ServerFrame, Task, TaskResult, encoder
 
 _ids = itertools.count(1)
+
+SCHEDULE_TO_START_TIMEOUT = "SCHEDULE_TO_START_TIMEOUT"
+"""``error_type`` of an attempt no Worker took within its schedule-to-start timeout."""
+
+
+def schedule_to_start_error(flow_type: str, timeout_s: float | None) -> ErrorInfo:
+    """The failure of an attempt that waited ``timeout_s`` for a Worker in vain.
+
+    ``None``: the limit is not known here (another server's default set the deadline).
+    """
+    limit = (
+        "its schedule_to_start_timeout"
+        if timeout_s is None
+        else (f"schedule_to_start_timeout={timeout_s:g}s")
+    )
+    return ErrorInfo(
+        error_type=SCHEDULE_TO_START_TIMEOUT,
+        message=f"no Worker started the task of Flow type {flow_type!r} within {limit}",
+    )
 
 
 @dataclass(eq=False, kw_only=True)
@@ -23,10 +42,14 @@ class Envelope:
     locks: list[str]
     timeout_s: float
     heartbeat_timeout_s: float | None
+    schedule_to_start_s: float | None = None
+    """Longest wait in a queue for a Worker (Steps; None: the dispatcher's default)."""
     task: Task | None = None
     version: int = 0
     enqueued_at: float = 0.0
-    rejected_by: set[int] = field(default_factory=set)
+    """``time.monotonic()`` when last queued: every requeue restarts the wait."""
+    rejected_by: dict[int, float] = field(default_factory=dict)
+    """Connection id → ``time.monotonic()`` of its last rejection of this task."""
     cancelled: bool = False
     locks_held: bool = False
     result: asyncio.Future[TaskResult] | None = None  # RPCs only
@@ -66,6 +89,8 @@ class WorkerConn:
         self.tasks: dict[str, InFlight] = {}
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.closed = False
+        self.freed_at = 0.0
+        """``time.monotonic()`` when a task of this Worker last ended with a result."""
 
     def can_take(self, kind: str) -> bool:
         if self.closed or self.total >= self.max_tasks:

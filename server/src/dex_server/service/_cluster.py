@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
-from dex._protocol import ErrorCode, ErrorInfo, Task, TaskResult
+from dex._protocol import ErrorCode, Task, TaskResult
 
 from dex_server.dispatch import Envelope, RpcLostError, RpcNoWorkerError, RpcTimeoutError
 from dex_server.service import _steps
@@ -200,13 +200,18 @@ class Cluster:
         rt = self.rt
         assert env.execution_id is not None
         run_id, eid, attempt, kind = env.run_id, env.execution_id, env.attempt, env.kind
+        # the pool keeps what is left of its schedule-to-start wait
+        limit = rt.dispatcher.schedule_to_start(env)
+        start_by = (
+            None if limit is None else time.time() + limit - (time.monotonic() - env.enqueued_at)
+        )
 
         def job(tx: Tx) -> None:
             e = tx.executions.get(run_id, eid)
             phase = "wait_for" if kind == "wait_for" else "execute"
             if e is None or e.attempt != attempt or e.phase != phase:
                 return
-            tx.claims.release(run_id, eid, time.time())
+            tx.claims.release(run_id, eid, time.time(), start_by)
             tx.signals.notify("ready", env.flow_type)
 
         async def go() -> None:
@@ -232,10 +237,11 @@ class Cluster:
         self.rt.apply(eff)
 
     async def fail_unserved(self) -> None:
+        """Fail pooled attempts no server's Worker took within their schedule-to-start."""
         rt, now = self.rt, time.time()
-        before = now - rt.config.dispatch_wait_s
+        default = rt.dispatcher.schedule_to_start_s
         eff = await self.store.run(
-            lambda tx: _steps.fail_unserved(tx, rt.limits, rt.specs, before, now)
+            lambda tx: _steps.fail_unserved(tx, rt.limits, rt.specs, now, default)
         )
         rt.apply(eff)
 
@@ -267,9 +273,13 @@ class Cluster:
                 if raw is not None:
                     return self._result(raw)
                 waited = time.monotonic() - started
-                if not claimed and waited > self.rt.config.dispatch_wait_s:
+                # an RPC waits for a Worker up to its own timeout
+                if not claimed and waited > timeout:
                     if await self.store.run(lambda tx: tx.rpc_calls.withdraw(call_id)):
-                        raise RpcNoWorkerError(flow_type)
+                        raise RpcNoWorkerError(
+                            f"no Worker of any server took the RPC of Flow type {flow_type!r}"
+                            f" within its timeout of {timeout:g}s"
+                        )
                 if waited > timeout + 1.0:
                     raise RpcTimeoutError("the RPC timed out")
                 with contextlib.suppress(TimeoutError):
@@ -330,11 +340,4 @@ class Cluster:
         await self.store.run(finish)
 
 
-def no_worker_error(flow_type: str) -> ErrorInfo:
-    return ErrorInfo(
-        error_type=ErrorCode.NO_WORKER_AVAILABLE,
-        message=f"no Worker of any server accepted Flow type {flow_type!r} in time",
-    )
-
-
-__all__ = ["Cluster", "RemoteRpc", "no_worker_error"]
+__all__ = ["Cluster", "RemoteRpc"]

@@ -120,6 +120,7 @@ class ReadyTask:
     locks: list[str]
     timeout_s: float
     heartbeat_timeout_s: float | None
+    schedule_to_start_s: float | None = None
     task: Task | None = None
     version: int = 0
     record: ExecRecord | None = field(default=None, repr=False)

@@ -69,6 +69,7 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
             locks=list(opts.wait_for_locks if kind == "wait_for" else opts.execute_locks),
             timeout_s=opts.wait_for_timeout_s if kind == "wait_for" else opts.execute_timeout_s,
             heartbeat_timeout_s=opts.heartbeat_timeout_s,
+            schedule_to_start_s=opts.schedule_to_start_timeout_s,
             task=None,
             record=e,
         )

@@ -180,6 +180,7 @@ class Runtime:
                     locks=r.locks,
                     timeout_s=r.timeout_s,
                     heartbeat_timeout_s=r.heartbeat_timeout_s,
+                    schedule_to_start_s=r.schedule_to_start_s,
                     task=r.task,
                     version=r.version,
                     claim_epoch=r.record.claim_epoch if r.record is not None else None,
@@ -676,15 +677,31 @@ class Runtime:
         saved_locks, env.locks = env.locks, []
         self.dispatcher.offer(env)
         env.locks, env.locks_held = saved_locks, bool(saved_locks)
-        return await self._rpc_errors(env, asyncio.wait_for(fut, timeout + 1.0))
+        return await self._rpc_errors(env, self._rpc_result(env, fut, timeout))
+
+    @staticmethod
+    async def _rpc_result(
+        env: Envelope, fut: asyncio.Future[TaskResult], timeout: float
+    ) -> TaskResult:
+        try:
+            return await asyncio.wait_for(fut, timeout + 1.0)
+        except TimeoutError:
+            if env.started_at == 0.0:  # never dispatched: it waited for a Worker in vain
+                env.cancelled = True
+                raise RpcNoWorkerError(
+                    f"no Worker took the RPC of Flow type {env.flow_type!r} within its "
+                    f"timeout of {env.timeout_s:g}s"
+                ) from None
+            raise
 
     @staticmethod
     async def _rpc_errors(env: Envelope, call: Awaitable[TaskResult]) -> TaskResult:
         try:
             return await call
-        except RpcNoWorkerError:
+        except RpcNoWorkerError as exc:
             raise ServiceError(
-                ErrorCode.NO_WORKER_AVAILABLE, f"no Worker serves Flow type {env.flow_type!r}"
+                ErrorCode.NO_WORKER_AVAILABLE,
+                str(exc) or f"no Worker took the RPC of Flow type {env.flow_type!r} in time",
             ) from None
         except (RpcTimeoutError, TimeoutError):
             env.cancelled = True

@@ -15,6 +15,7 @@ from dex._protocol import (
     WaitSpec,
 )
 
+from dex_server.dispatch import schedule_to_start_error
 from dex_server.engine import (
     InvalidDecisionError,
     LiveExecution,
@@ -545,10 +546,16 @@ def claim_pool(
     return recover_claimed(tx, limits, specs, keys, now) if keys else Effects()
 
 
-def fail_unserved(tx: Tx, limits: Limits, specs: Specs, before: float, now: float) -> Effects:
-    """Fail attempts that sat in the pool since ``before``: no server's Worker took them."""
+def fail_unserved(
+    tx: Tx, limits: Limits, specs: Specs, now: float, default_s: float | None
+) -> Effects:
+    """Fail pooled attempts whose schedule-to-start deadline passed: no server took them.
+
+    ``default_s``: the server's schedule-to-start default, for the error message of an
+    attempt whose options set none.
+    """
     eff = Effects()
-    for run_id, eid in tx.claims.claim_unserved(before, 100):
+    for run_id, eid in tx.claims.claim_unserved(now, 100):
         flow = tx.flows.get(run_id)
         e = tx.executions.get(run_id, eid)
         if flow is None or flow.status != "running" or e is None or e.phase == "waiting":
@@ -557,10 +564,8 @@ def fail_unserved(tx: Tx, limits: Limits, specs: Specs, before: float, now: floa
         ref = AttemptRef(
             run_id=run_id, execution_id=eid, kind=kind, attempt=e.attempt, started_at=now
         )
-        err = ErrorInfo(
-            error_type=ErrorCode.NO_WORKER_AVAILABLE,
-            message=f"no Worker of any server accepted Flow type {flow.flow_type!r} in time",
-        )
+        limit = e.options.schedule_to_start_timeout_s
+        err = schedule_to_start_error(flow.flow_type, limit if limit is not None else default_s)
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
     return eff

@@ -102,14 +102,19 @@ class ClaimsStore(Protocol):
     behalf of an attempt check the claim and epoch it was dispatched under).
     """
 
-    def release(self, run_id: str, execution_id: str, now: float) -> None:
-        """Give this server's claim back to the pool (no local Worker serves it)."""
+    def release(
+        self, run_id: str, execution_id: str, now: float, start_by: float | None = None
+    ) -> None:
+        """Give this server's claim back to the pool (no local Worker serves it).
+
+        ``start_by``: when it fails unless some server claims it (None: never).
+        """
 
     def claim_pool(
         self, flow_types: Sequence[str], now: float, limit: int
     ) -> list[tuple[str, str]]: ...
-    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
-        """Claim pooled executions released before ``before`` (nobody took them)."""
+    def claim_unserved(self, now: float, limit: int) -> list[tuple[str, str]]:
+        """Claim pooled executions whose ``start_by`` passed by ``now`` (nobody took them)."""
 
     def claim_from(self, server_ids: Sequence[str]) -> list[tuple[str, str]]:
         """Claim the dispatchable executions of dead servers.

@@ -12,11 +12,13 @@ def _pairs(rows: list[tuple[object, ...]]) -> list[tuple[str, str]]:
 
 
 class PgClaims(_Repo):
-    def release(self, run_id: str, execution_id: str, now: float) -> None:
+    def release(
+        self, run_id: str, execution_id: str, now: float, start_by: float | None = None
+    ) -> None:
         self.run(
-            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=%s"
-            " WHERE run_id=%s AND execution_id=%s AND claimed_by=%s",
-            (now, run_id, execution_id, self.me),
+            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=%s,"
+            " start_by=%s WHERE run_id=%s AND execution_id=%s AND claimed_by=%s",
+            (now, start_by, run_id, execution_id, self.me),
         )
 
     def claim_pool(
@@ -37,16 +39,16 @@ class PgClaims(_Repo):
             )
         )
 
-    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
+    def claim_unserved(self, now: float, limit: int) -> list[tuple[str, str]]:
         return _pairs(
             self.rows(
                 "UPDATE executions e SET claimed_by=%s, claim_epoch=e.claim_epoch+1,"
-                " released_at=NULL FROM (SELECT run_id, execution_id FROM executions WHERE"
-                " claimed_by IS NULL AND ready_at"
-                " IS NOT NULL AND released_at<=%s LIMIT %s FOR UPDATE SKIP LOCKED) c WHERE"
-                " e.run_id=c.run_id AND e.execution_id=c.execution_id"
+                " released_at=NULL, start_by=NULL FROM (SELECT run_id, execution_id FROM"
+                " executions WHERE claimed_by IS NULL AND ready_at IS NOT NULL AND"
+                " start_by<=%s LIMIT %s FOR UPDATE SKIP LOCKED) c"
+                " WHERE e.run_id=c.run_id AND e.execution_id=c.execution_id"
                 " RETURNING e.run_id, e.execution_id",
-                (self.me, before, limit),
+                (self.me, now, limit),
             )
         )
 

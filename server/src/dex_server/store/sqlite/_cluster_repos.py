@@ -15,11 +15,13 @@ class SqliteClaims:
         self.c = conn
         self.me = server_id
 
-    def release(self, run_id: str, execution_id: str, now: float) -> None:
+    def release(
+        self, run_id: str, execution_id: str, now: float, start_by: float | None = None
+    ) -> None:
         self.c.execute(
-            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=?"
-            " WHERE run_id=? AND execution_id=? AND claimed_by=?",
-            (now, run_id, execution_id, self.me),
+            "UPDATE executions SET claimed_by=NULL, claim_epoch=claim_epoch+1, released_at=?,"
+            " start_by=? WHERE run_id=? AND execution_id=? AND claimed_by=?",
+            (now, start_by, run_id, execution_id, self.me),
         )
 
     def _claim(self, where: str, args: Sequence[object]) -> list[tuple[str, str]]:
@@ -44,11 +46,11 @@ class SqliteClaims:
             (now, *flow_types, limit),
         )
 
-    def claim_unserved(self, before: float, limit: int) -> list[tuple[str, str]]:
+    def claim_unserved(self, now: float, limit: int) -> list[tuple[str, str]]:
         return self._claim(
             "(run_id, execution_id) IN (SELECT run_id, execution_id FROM executions WHERE"
-            " claimed_by IS NULL AND ready_at IS NOT NULL AND released_at<=? LIMIT ?)",
-            (before, limit),
+            " claimed_by IS NULL AND ready_at IS NOT NULL AND start_by<=? LIMIT ?)",
+            (now, limit),
         )
 
     def claim_from(self, server_ids: Sequence[str]) -> list[tuple[str, str]]:
