@@ -87,7 +87,12 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> None:
     """Run a server configured from ``argv`` until SIGINT/SIGTERM."""
-    run_server(config_from_args(argv))
+    from dex_server.store import DataFolderInUseError
+
+    try:
+        run_server(config_from_args(argv))
+    except DataFolderInUseError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
-    DEFAULT_STREAM_CAPACITY,
     Effects,
     Limits,
     ServiceError,
+    SpecIndex,
     Specs,
 )
 from dex_server.service._steps import AttemptRef
@@ -55,6 +55,8 @@ log = logging.getLogger("dex_server")
 _TIMER_HORIZON_S = 120.0
 # how often a Step or RPC waiting for another server's lock looks again without a signal
 _LOCK_POLL_S = 0.25
+# a run's version entry outlives its last change by one to two of these periods
+_VERSIONS_PRUNE_S = 10.0
 
 
 class Runtime:
@@ -85,12 +87,14 @@ class Runtime:
         )
         self.shared = self.store.shared
         self.cluster = Cluster(self)
+        # the latest version of each run this server touched lately (see ``versions``)
         self._versions: dict[str, int] = {}
+        self._versions_touched: set[str] = set()
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._rpc_gates: dict[str, asyncio.Lock] = {}
+        self._rpc_gates: dict[str, _Gate] = {}
         self._commit_holds: dict[str, asyncio.Event] = {}
         self._unlocked = asyncio.Event()
 
@@ -119,11 +123,17 @@ class Runtime:
         return await self.store.run(job)
 
     async def refresh_specs(self) -> None:
-        """Load every Flow type's latest spec (other servers' Workers register them too)."""
-        for spec in await self.store.run(lambda tx: tx.specs.all()):
-            known = self.specs.get(spec.flow_type)
-            if known is None or known.spec != spec:
-                self.specs.put(spec)
+        """Load every spec version and each type's latest (other servers store them too)."""
+        rows = await self.store.run(lambda tx: tx.specs.all())
+        latest: dict[str, tuple[float, SpecIndex]] = {}
+        for version, spec, updated_at in rows:
+            idx = self.specs.known(spec.flow_type, version) or SpecIndex(spec, version)
+            self.specs.install(idx, current=False)
+            best = latest.get(spec.flow_type)
+            if best is None or updated_at > best[0]:
+                latest[spec.flow_type] = (updated_at, idx)
+        for _, idx in latest.values():
+            self.specs.install(idx)
 
     def release(self, env: Envelope) -> None:
         """No Worker of this server serves ``env``'s Flow type: leave it to the others."""
@@ -137,12 +147,29 @@ class Runtime:
     # ------------------------------------------------------------------ effects
 
     def versions(self) -> dict[str, int]:
+        """Each run's latest committed version, for the dispatcher to spot stale snapshots.
+
+        A snapshot built by a job can reach the dispatcher after a later job of the same run
+        committed; the entry tells it to rebuild. Entries go when the run closes here and,
+        for runs that closed elsewhere or went quiet, once a run had no queued task and no
+        change for a whole ``_VERSIONS_PRUNE_S`` period.
+        """
         return self._versions
 
+    def prune_versions(self) -> None:
+        live = {run_id for run_id, _ in self.dispatcher.by_exec}
+        keep = self._versions_touched | live
+        for run_id in [r for r in self._versions if r not in keep]:
+            del self._versions[run_id]
+        self._versions_touched = set()
+
     def apply(self, eff: Effects) -> None:
+        for idx in eff.specs:
+            self.specs.install(idx)
         for run_id, v in eff.versions.items():
             if v > self._versions.get(run_id, 0):
                 self._versions[run_id] = v
+                self._versions_touched.add(run_id)
         for run_id, eid in eff.cancelled:
             self.dispatcher.cancel(run_id, eid, "the Step was cancelled")
         for flow_id, run_id in eff.closed:
@@ -245,6 +272,7 @@ class Runtime:
     # ------------------------------------------------------------------ worker frames
 
     def worker_registered(self, conn: WorkerConn, flows: list[FlowSpec]) -> None:
+        """Serve ``conn``: its specs were stored (``register_specs``); no running run changes."""
         self.dispatcher.register(conn)
         if self.shared:
             for flow_type in conn.flow_types:
@@ -252,15 +280,21 @@ class Runtime:
                 self._spawn(self.cluster.claim_rpcs(flow_type))
 
     async def register_specs(self, flows: list[FlowSpec]) -> None:
+        """Store a Worker's spec versions and make them their types' current ones.
+
+        Runs keep the version they started with, so a Worker of another code version
+        changes only what new starts without a spec of their own run with.
+        """
         now = time.time()
+        indexes = [self.specs.index(spec) for spec in flows]
 
         def job(tx: Tx) -> None:
-            for spec in flows:
-                tx.specs.upsert(spec, now)
+            for idx in indexes:
+                tx.specs.put(idx.version, idx.spec, now)
 
         await self.store.run(job)
-        for spec in flows:
-            self.specs.put(spec)
+        for idx in indexes:
+            self.specs.install(idx)
         if self.shared:
             await self.store.run(lambda tx: tx.signals.notify("spec", ""))
 
@@ -349,14 +383,14 @@ class Runtime:
             conn.send(HeartbeatAck(task_id=task_id, seq=seq))
 
     def stream_capacity(self, flow_type: str, stream: str) -> int:
-        idx = self.specs.get(flow_type)
-        if idx is None:
+        if self.specs.get(flow_type) is None:
             raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
-        if stream not in idx.streams:
+        cap = self.specs.stream_capacity(flow_type, stream)
+        if cap is None:
             raise ServiceError(
                 ErrorCode.BAD_REQUEST, f"Flow type {flow_type!r} declares no Stream {stream!r}"
             )
-        return idx.streams.get(stream, DEFAULT_STREAM_CAPACITY)
+        return cap
 
     def stream_write(
         self, flow_type: str, stream: str, flow_id: str, value: bytes, source: str
@@ -388,6 +422,18 @@ class Runtime:
     async def wait_closed(self, flow_id: str, timeout_s: float) -> bool:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed_waiters.setdefault(flow_id, []).append(fut)
+        try:
+            return await self._wait_closed(flow_id, fut, timeout_s)
+        finally:
+            # every way out forgets the waiter: the dict holds only Flows being waited on
+            waiters = self._closed_waiters.get(flow_id)
+            if waiters is not None:
+                if fut in waiters:
+                    waiters.remove(fut)
+                if not waiters:
+                    del self._closed_waiters[flow_id]
+
+    async def _wait_closed(self, flow_id: str, fut: asyncio.Future[None], timeout_s: float) -> bool:
         info = await self.store.run(lambda tx: _flows.describe(tx, flow_id))
         if info.status != "running":
             return True
@@ -408,9 +454,6 @@ class Runtime:
                     if info.status != "running":
                         return True
         except TimeoutError:
-            waiters = self._closed_waiters.get(flow_id, [])
-            if fut in waiters:
-                waiters.remove(fut)
             return False
         return True
 
@@ -438,7 +481,7 @@ class Runtime:
         # with several servers the keys and the commit hold are also taken in the store
         holder = _locks.rpc_holder(uuid.uuid4().hex) if self.shared else None
         in_store = False
-        gate = self._rpc_gates.setdefault(run_id, asyncio.Lock()) if transactional else None
+        gate = self._rpc_gate(run_id) if transactional else None
         gated = False
         try:
             if holder is not None and locks:
@@ -493,11 +536,26 @@ class Runtime:
             if in_store and holder is not None:
                 await self._release_rpc(run_id, holder)
             self.dispatcher.release_locks(env)
-            if gate is not None and gated:
-                hold = self._commit_holds.pop(run_id, None)
-                if hold is not None:
-                    hold.set()
-                gate.release()
+            if gate is not None:
+                if gated:
+                    hold = self._commit_holds.pop(run_id, None)
+                    if hold is not None:
+                        hold.set()
+                    gate.release()
+                self._rpc_gate_done(run_id, gate)
+
+    def _rpc_gate(self, run_id: str) -> _Gate:
+        """The lock serialising the run's transactional RPCs here (one more user)."""
+        gate = self._rpc_gates.get(run_id)
+        if gate is None:
+            gate = self._rpc_gates[run_id] = _Gate()
+        gate.users += 1
+        return gate
+
+    def _rpc_gate_done(self, run_id: str, gate: _Gate) -> None:
+        gate.users -= 1
+        if gate.users == 0 and self._rpc_gates.get(run_id) is gate:
+            del self._rpc_gates[run_id]
 
     async def _release_rpc(self, run_id: str, holder: str) -> None:
         try:
@@ -561,10 +619,14 @@ class Runtime:
     # ------------------------------------------------------------------ loops
 
     async def _lease_loop(self) -> None:
+        pruned = time.monotonic()
         while True:
             await asyncio.sleep(0.1)
             try:
                 self.dispatcher.check()
+                if time.monotonic() - pruned > _VERSIONS_PRUNE_S:
+                    pruned = time.monotonic()
+                    self.prune_versions()
             except Exception:
                 log.exception("lease check failed")
 
@@ -608,6 +670,14 @@ class Runtime:
             except Exception:
                 log.exception("retention sweep failed")
             await asyncio.sleep(self.config.retention_sweep_interval_s)
+
+
+class _Gate(asyncio.Lock):
+    """A run's RPC lock, counting the calls that use it (it goes when the last one ends)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users = 0
 
 
 _background: set[asyncio.Future[Any]] = set()
