@@ -112,8 +112,8 @@ class Specs:
 
     def index(self, spec: FlowSpec) -> SpecIndex:
         """The index of ``spec`` (the cached one if known); installs nothing."""
-        idx = SpecIndex(spec)
-        return self._by_type.get(spec.flow_type, {}).get(idx.version, idx)
+        version = spec_version(spec)
+        return self.known(spec.flow_type, version) or SpecIndex(spec, version)
 
     def install(self, idx: SpecIndex, *, current: bool = True) -> None:
         """Remember a committed version (and make it its type's current one)."""
@@ -122,6 +122,7 @@ class Specs:
             self._current[idx.spec.flow_type] = idx
 
     def known(self, flow_type: str, version: str) -> SpecIndex | None:
+        """The cached index of one version, if any."""
         return self._by_type.get(flow_type, {}).get(version)
 
     def get(self, flow_type: str) -> SpecIndex | None:
@@ -142,7 +143,7 @@ class Specs:
 
     def of_run(self, tx: Tx, flow: FlowRecord) -> SpecIndex:
         """The version ``flow`` started with (from the store when not cached yet)."""
-        idx = self._by_type.get(flow.flow_type, {}).get(flow.spec_version)
+        idx = self.known(flow.flow_type, flow.spec_version)
         if idx is not None:
             return idx
         spec = tx.specs.get(flow.flow_type, flow.spec_version)

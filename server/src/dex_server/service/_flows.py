@@ -130,6 +130,8 @@ def start_flow(
             flow_id=req.flow_id,
         )
     if not _is_empty(req.spec):
+        if specs.known(req.flow_type, idx.version) is None:
+            tx.signals.notify("spec", "")  # other servers load the new version
         tx.specs.put(idx.version, req.spec, now)
         eff.specs.append(idx)
     initial: dict[str, msgspec.Raw] = {}
