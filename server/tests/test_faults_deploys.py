@@ -248,6 +248,41 @@ async def test_a_refused_start_leaves_no_spec_behind(tmp_path: Path) -> None:
             assert task is not None and task.step_type == "First"
 
 
+@pytest.mark.skipif(
+    selected_database() != "postgres" or not _postgres_reachable(),
+    reason="two servers share a PostgreSQL database (DEX_TEST_DATABASE=postgres)",
+)
+async def test_a_new_version_started_through_another_server_leaves_running_flows_on_theirs(
+    tmp_path: Path,
+) -> None:
+    handler = Deployer()
+    url = create_test_database()
+    servers = [RunningServer(tmp_path / n, {"database_url": url}) for n in ("a", "b")]
+    try:
+        for srv in servers:
+            srv.directory.mkdir()
+            await srv.start()
+        a, b = servers
+        async with (
+            RawWorker(a.address, [V1], handler) as w,
+            httpx.AsyncClient(base_url=a.url) as http_a,
+            httpx.AsyncClient(base_url=b.url) as http_b,
+        ):
+            body = start_body("old", V1, {"next": "Second", "hold": 1})
+            assert (await http_a.post("/v1/flows", content=body)).status_code == 200
+            await until(lambda: first_task(w, "old"), 20, "the v1 Flow's First Step")
+            # the new version arrives through the other server (which has no Worker)
+            r = await http_b.post("/v1/flows", content=start_body("new", V2, {"next": "Third"}))
+            assert r.status_code == 200, r.text
+            assert completed_with(await result(http_b, "new")) == "Third"
+            handler.release.setdefault("old", asyncio.Event()).set()
+            assert completed_with(await result(http_a, "old")) == "Second"
+    finally:
+        for srv in servers:
+            await srv.stop()
+        drop_test_database(url)
+
+
 # --------------------------------------------------------------------------- one running run
 
 
