@@ -11,7 +11,7 @@ from dex_server.store.sqlite import _store, apply_migrations
 
 def test_migrations_are_idempotent(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    assert apply_migrations(conn) == [1, 2, 3, 4, 5]
+    assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6]
     assert apply_migrations(conn) == []
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
 
@@ -57,7 +57,9 @@ async def test_wal_restarts_under_sustained_writes(
     store.open()
     rows = 600
     for i in range(rows):  # one job per transaction: each appends at least one 4 KiB frame
-        flow = FlowRecord(run_id=f"r{i:04}", flow_id="x" * 3000, flow_type="T", started_at=0.0)
+        flow = FlowRecord(
+            run_id=f"r{i:04}", flow_id=f"{i:04}" + "x" * 3000, flow_type="T", started_at=0
+        )
         await store.run(lambda tx, f=flow: tx.flows.insert(f))  # type: ignore[misc]
     wal = (tmp_path / "db-wal").stat().st_size
     await store.close()

@@ -106,8 +106,13 @@ def _shift_clock() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run a server configured from ``argv`` until SIGINT/SIGTERM."""
+    from dex_server.store import DataFolderInUseError
+
     _shift_clock()
-    run_server(config_from_args(argv))
+    try:
+        run_server(config_from_args(argv))
+    except DataFolderInUseError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         ready: set once the server listens (and ``config.address_file`` was written).
 
     Raises:
+        DataFolderInUseError: another server uses the SQLite store's data folder.
         StoreUnavailableError: the PostgreSQL database cannot be reached.
         SchemaBehindError: ``verify_schema_only`` and the schema is behind.
         OSError: the address cannot be bound.
@@ -202,12 +203,23 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         database_url=config.database_url,
         verify_only=config.verify_schema_only,
     )
+    app = build_app(config)
+    # one server per SQLite folder: refuse before listening or touching the database
+    store = app.state.runtime.store
+    store.acquire()
+    try:
+        await _serve_app(config, app, ready)
+    finally:
+        store.release()
+
+
+async def _serve_app(config: ServerConfig, app: Starlette, ready: asyncio.Event | None) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
     sock.set_inheritable(True)
     uv_config = uvicorn.Config(
-        build_app(config),
+        app,
         log_level=config.log_level,
         ws="websockets-sansio",
         http="httptools",

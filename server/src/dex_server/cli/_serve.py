@@ -17,7 +17,12 @@ from typing import Any
 from dex_server.app import ServerConfig, serve
 from dex_server.cli._durations import human_duration, is_loopback, parse_duration
 from dex_server.cli._output import EXIT_REQUEST_FAILED, CliError, usage_error
-from dex_server.store import SchemaBehindError, StoreUnavailableError, is_postgres_url
+from dex_server.store import (
+    DataFolderInUseError,
+    SchemaBehindError,
+    StoreUnavailableError,
+    is_postgres_url,
+)
 
 ENGINES = ("zd",)
 
@@ -164,7 +169,7 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         waiter.cancel()
         try:
             await server  # startup failed: raise its error
-        except (StoreUnavailableError, SchemaBehindError) as exc:
+        except (StoreUnavailableError, SchemaBehindError, DataFolderInUseError) as exc:
             raise CliError(str(exc), code="UNAVAILABLE", exit_code=EXIT_REQUEST_FAILED) from exc
         except OSError as exc:  # typically the port is taken
             raise CliError(

@@ -15,7 +15,7 @@ from dex._protocol import (
     Task,
 )
 
-from dex_server.store import ExecRecord, StoredValue, Tx
+from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
 DEFAULT_STREAM_CAPACITY = 10 * 1024 * 1024
 
@@ -63,11 +63,20 @@ class Limits:
             raise LimitError("max_flow_id_bytes", size, self.max_flow_id_bytes, "flow_id")
 
 
-class SpecIndex:
-    """Latest definition of a Flow type with lookup tables."""
+_spec_encoder = msgspec.json.Encoder()
 
-    def __init__(self, spec: FlowSpec) -> None:
+
+def spec_version(spec: FlowSpec) -> str:
+    """The version of a Flow type's spec: a hash of its content (same code, same version)."""
+    return hashlib.sha256(_spec_encoder.encode(spec)).hexdigest()[:32]
+
+
+class SpecIndex:
+    """One version of a Flow type's definition, with lookup tables."""
+
+    def __init__(self, spec: FlowSpec, version: str | None = None) -> None:
         self.spec = spec
+        self.version = spec_version(spec) if version is None else version
         self.steps: dict[str, StepSpec] = {s.step_type: s for s in spec.steps}
         self.step_types = frozenset(self.steps)
         self.rpcs: dict[str, RpcSpec] = {r.name: r for r in spec.rpcs}
@@ -87,24 +96,83 @@ class SpecIndex:
 
 
 class Specs:
-    """Latest spec per Flow type; written by writer jobs, read from the event loop."""
+    """The spec versions this server knows, per Flow type, and each type's current one.
+
+    A run is validated against the version it started with (``FlowRecord.spec_version``),
+    so Workers and clients of several code versions can share a Flow type. The current
+    version (the one last registered or started with) serves starts that carry no spec.
+    This is a cache of the store's ``flow_specs``: only committed specs enter it (a job
+    computes a new version's index, the event loop installs it after the commit), and a
+    version it lacks is read from the store. Written by writer jobs and the event loop.
+    """
 
     def __init__(self) -> None:
-        self._by_type: dict[str, SpecIndex] = {}
+        self._by_type: dict[str, dict[str, SpecIndex]] = {}
+        self._current: dict[str, SpecIndex] = {}
 
-    def put(self, spec: FlowSpec) -> SpecIndex:
-        idx = SpecIndex(spec)
-        self._by_type[spec.flow_type] = idx
-        return idx
+    def index(self, spec: FlowSpec) -> SpecIndex:
+        """The index of ``spec`` (the cached one if known); installs nothing."""
+        version = spec_version(spec)
+        return self.known(spec.flow_type, version) or SpecIndex(spec, version)
+
+    def install(self, idx: SpecIndex, *, current: bool = True) -> None:
+        """Remember a committed version (and make it its type's current one)."""
+        self._by_type.setdefault(idx.spec.flow_type, {}).setdefault(idx.version, idx)
+        if current:
+            self._current[idx.spec.flow_type] = idx
+
+    def known(self, flow_type: str, version: str) -> SpecIndex | None:
+        """The cached index of one version, if any."""
+        return self._by_type.get(flow_type, {}).get(version)
 
     def get(self, flow_type: str) -> SpecIndex | None:
-        return self._by_type.get(flow_type)
+        """The current version of ``flow_type``, if this server knows one."""
+        return self._current.get(flow_type)
 
-    def require(self, flow_type: str) -> SpecIndex:
-        idx = self._by_type.get(flow_type)
-        if idx is None:
-            idx = self.put(FlowSpec(flow_type=flow_type))
+    def current(self, tx: Tx, flow_type: str) -> SpecIndex | None:
+        """The current version of ``flow_type``, from the store if another server knows it."""
+        idx = self._current.get(flow_type)
+        if idx is not None:
+            return idx
+        found = tx.specs.latest(flow_type)
+        if found is None:
+            return None
+        idx = SpecIndex(found[1], found[0])
+        self.install(idx)
         return idx
+
+    def of_run(self, tx: Tx, flow: FlowRecord) -> SpecIndex:
+        """The version ``flow`` started with (from the store when not cached yet)."""
+        idx = self.known(flow.flow_type, flow.spec_version)
+        if idx is not None:
+            return idx
+        spec = tx.specs.get(flow.flow_type, flow.spec_version)
+        if spec is not None:
+            idx = SpecIndex(spec, flow.spec_version)
+            self.install(idx, current=False)
+            return idx
+        # a run older than spec versions, whose spec is gone: the type's current one
+        return self.current(tx, flow.flow_type) or SpecIndex(FlowSpec(flow_type=flow.flow_type))
+
+    def stream_capacity(self, flow_type: str, stream: str) -> int | None:
+        """Capacity of ``stream`` in the current version, else in any version declaring it."""
+        for idx in self._of_type(flow_type):
+            if stream in idx.streams:
+                return idx.streams[stream]
+        return None
+
+    def declares(self, flow_type: str, name: str, kind: str) -> bool:
+        """Whether some version of ``flow_type`` declares state ``name`` of ``kind``."""
+        return any(
+            d.name == name and d.kind == kind
+            for idx in self._of_type(flow_type)
+            for d in idx.spec.state
+        )
+
+    def _of_type(self, flow_type: str) -> list[SpecIndex]:
+        cur = self._current.get(flow_type)
+        rest = [i for i in list(self._by_type.get(flow_type, {}).values()) if i is not cur]
+        return [cur, *rest] if cur is not None else rest
 
 
 @dataclass(kw_only=True)
@@ -136,6 +204,8 @@ class Effects:
     closed: list[tuple[str, str]] = field(default_factory=list)  # (flow_id, run_id)
     timers: list[tuple[float, str, str]] = field(default_factory=list)
     versions: dict[str, int] = field(default_factory=dict)
+    specs: list[SpecIndex] = field(default_factory=list)
+    """Spec versions the job stored, to install once it committed (never before)."""
 
     def merge(self, other: Effects) -> None:
         self.ready += other.ready
@@ -143,6 +213,7 @@ class Effects:
         self.closed += other.closed
         self.timers += other.timers
         self.versions.update(other.versions)
+        self.specs += other.specs
 
 
 def store_value(tx: Tx, limits: Limits, run_id: str, raw: bytes) -> StoredValue:

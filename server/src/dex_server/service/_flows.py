@@ -66,13 +66,18 @@ def _is_empty(spec: FlowSpec) -> bool:
 
 
 def resolve_spec(tx: Tx, specs: Specs, flow_type: str, spec: FlowSpec) -> SpecIndex:
+    """The spec version a start runs with: the request's, or the type's current one.
+
+    Installs nothing: a new version enters the store and the index only with a start
+    that commits (see :func:`start_flow`).
+    """
     if spec.flow_type != flow_type:
         raise ServiceError(
             ErrorCode.UNKNOWN_FLOW_TYPE,
             f"the request's spec defines Flow type {spec.flow_type!r}, not {flow_type!r}",
         )
     if _is_empty(spec):
-        idx = specs.get(flow_type)
+        idx = specs.current(tx, flow_type)
         if idx is None:
             raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
         return idx
@@ -80,50 +85,30 @@ def resolve_spec(tx: Tx, specs: Specs, flow_type: str, spec: FlowSpec) -> SpecIn
         raise ServiceError(
             ErrorCode.BAD_REQUEST, f"start Step {spec.start_step!r} is not a Step of the Flow"
         )
-    return specs.put(spec)
+    return specs.index(spec)
+
+
+# another server may start the same Flow ID between our look and our insert: look again
+_START_CONFLICT_RETRIES = 5
 
 
 def start_flow(
     tx: Tx, limits: Limits, specs: Specs, req: StartFlowRequest, now: float
 ) -> tuple[str, Effects]:
-    """Start a run; returns its run id (or the existing one for an idempotent retry)."""
+    """Start a run; returns its run id (or the existing one for an idempotent retry).
+
+    The run records the spec version it starts with; a request carrying a spec stores
+    that version and makes it the type's current one, but only if the start commits (a
+    refused start leaves no spec behind, in the store or in memory). One running run per
+    Flow ID holds on every server: the store refuses a second one, and the ID-reuse
+    policy is applied again to the run that won.
+    """
     eff = Effects()
     limits.check_flow_id(req.flow_id)
-    # size checks first: a rejected start must not leave its spec in the in-memory index
     limits.check_value(raw(req.input), "Flow input")
     for a in req.initial_attributes:
         limits.check_value(bytes(a.value), f"initial Attribute {a.name!r}")
     idx = resolve_spec(tx, specs, req.flow_type, req.spec)
-    if not _is_empty(req.spec):
-        tx.specs.upsert(req.spec, now)
-    prev = tx.flows.latest(req.flow_id)
-    if prev is not None:
-        if req.request_id and prev.request_id == req.request_id:
-            return prev.run_id, eff
-        running = prev.status == "running"
-        policy = req.id_reuse_policy
-        if running and policy == "allow_terminate_if_running":
-            close_flow(
-                tx,
-                limits,
-                prev,
-                "terminated",
-                now,
-                eff,
-                error_message="terminated by a new run (allow_terminate_if_running)",
-            )
-            finish(tx, prev, eff)
-        elif (
-            running
-            or policy == "disallow"
-            or (policy == "allow_if_previous_failed" and prev.status == "completed")
-        ):
-            raise ServiceError(
-                ErrorCode.FLOW_ALREADY_STARTED,
-                f"Flow {req.flow_id!r} already has a {prev.status} run {prev.run_id}"
-                f" (id_reuse_policy={policy})",
-                flow_id=req.flow_id,
-            )
     flow = FlowRecord(
         run_id=new_uuid7(),
         flow_id=req.flow_id,
@@ -131,7 +116,27 @@ def start_flow(
         started_at=now,
         request_id=req.request_id,
         input=req.input,
+        spec_version=idx.version,
     )
+    for _ in range(_START_CONFLICT_RETRIES):
+        prev = tx.flows.latest(req.flow_id)
+        if prev is not None:
+            if req.request_id and prev.request_id == req.request_id:
+                return prev.run_id, eff
+            _apply_reuse_policy(tx, limits, req, prev, now, eff)
+        if tx.flows.insert(flow):
+            break
+    else:
+        raise ServiceError(
+            ErrorCode.FLOW_ALREADY_STARTED,
+            f"Flow {req.flow_id!r} kept getting new runs started concurrently",
+            flow_id=req.flow_id,
+        )
+    if not _is_empty(req.spec):
+        if specs.known(req.flow_type, idx.version) is None:
+            tx.signals.notify("spec", "")  # other servers load the new version
+        tx.specs.put(idx.version, req.spec, now)
+        eff.specs.append(idx)
     initial: dict[str, msgspec.Raw] = {}
     for a in req.initial_attributes:
         stored = store_value(tx, limits, flow.run_id, bytes(a.value))
@@ -144,7 +149,6 @@ def start_flow(
             limits.max_flow_state_bytes,
             "initial Flow state",
         )
-    tx.flows.insert(flow)
     append_history(
         tx,
         flow,
@@ -180,6 +184,36 @@ def start_flow(
         schedule(tx, flow, e, now, eff)
     finish(tx, flow, eff)
     return flow.run_id, eff
+
+
+def _apply_reuse_policy(
+    tx: Tx, limits: Limits, req: StartFlowRequest, prev: FlowRecord, now: float, eff: Effects
+) -> None:
+    """Refuse the start, or terminate the running ``prev``, per the ID-reuse policy."""
+    running = prev.status == "running"
+    policy = req.id_reuse_policy
+    if running and policy == "allow_terminate_if_running":
+        close_flow(
+            tx,
+            limits,
+            prev,
+            "terminated",
+            now,
+            eff,
+            error_message="terminated by a new run (allow_terminate_if_running)",
+        )
+        finish(tx, prev, eff)
+    elif (
+        running
+        or policy == "disallow"
+        or (policy == "allow_if_previous_failed" and prev.status == "completed")
+    ):
+        raise ServiceError(
+            ErrorCode.FLOW_ALREADY_STARTED,
+            f"Flow {req.flow_id!r} already has a {prev.status} run {prev.run_id}"
+            f" (id_reuse_policy={policy})",
+            flow_id=req.flow_id,
+        )
 
 
 def raw(v: msgspec.Raw | None) -> bytes | None:
@@ -337,7 +371,7 @@ def rpc_snapshot(
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} not found", flow_id=flow_id
         )
-    idx = specs.require(flow.flow_type)
+    idx = specs.of_run(tx, flow)
     rpc = idx.rpcs.get(req.rpc_name)
     if rpc is None:
         raise ServiceError(
@@ -392,7 +426,7 @@ def rpc_commit(
         )
     if flow.commit_hold is not None and flow.commit_hold != holder:
         raise _locks.CommitHeldError(flow.commit_hold)
-    idx = specs.require(flow.flow_type)
+    idx = specs.of_run(tx, flow)
     check_result_limits(tx, limits, flow, result)
     if transactional:
         for d in result.channel_deletes:

@@ -37,11 +37,8 @@ async def read_state(runtime: Runtime, conn: WorkerConn, frame: ReadState) -> No
         refuse(ErrorCode.FLOW_NOT_ACTIVE, f"task {frame.task_id!r} is not running on this Worker")
         return
     env = inflight.env
-    idx = runtime.specs.get(env.flow_type)
-    declared = idx is not None and any(
-        d.name == frame.map and d.kind == "attribute_map" for d in idx.spec.state
-    )
-    if not declared:
+    # any version of the Flow type: the run may be of an older one than the current
+    if not runtime.specs.declares(env.flow_type, frame.map, "attribute_map"):
         refuse(
             ErrorCode.BAD_REQUEST,
             f"Flow type {env.flow_type!r} declares no AttributeMap {frame.map!r}",

@@ -36,10 +36,10 @@ from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
-    DEFAULT_STREAM_CAPACITY,
     Effects,
     Limits,
     ServiceError,
+    SpecIndex,
     Specs,
 )
 from dex_server.service._loops import Outage, StoreHealth, describe, supervise
@@ -61,6 +61,8 @@ _PROBE_EVERY_S = 1.0
 _PROBE_TIMEOUT_S = 5.0
 # how long a durable heartbeat waits for an unreachable store before it answers an error
 _START_PATIENCE_S = 30.0
+# a run's version entry outlives its last change by one to two of these periods
+_VERSIONS_PRUNE_S = 10.0
 
 
 class Runtime:
@@ -91,7 +93,9 @@ class Runtime:
         )
         self.shared = self.store.shared
         self.cluster = Cluster(self)
+        # the latest version of each run this server touched lately (see ``versions``)
         self._versions: dict[str, int] = {}
+        self._versions_touched: set[str] = set()
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
@@ -138,11 +142,17 @@ class Runtime:
         return await self.store.run(job)
 
     async def refresh_specs(self) -> None:
-        """Load every Flow type's latest spec (other servers' Workers register them too)."""
-        for spec in await self.store.run(lambda tx: tx.specs.all()):
-            known = self.specs.get(spec.flow_type)
-            if known is None or known.spec != spec:
-                self.specs.put(spec)
+        """Load every spec version and each type's latest (other servers store them too)."""
+        rows = await self.store.run(lambda tx: tx.specs.all())
+        latest: dict[str, tuple[float, SpecIndex]] = {}
+        for version, spec, updated_at in rows:
+            idx = self.specs.known(spec.flow_type, version) or SpecIndex(spec, version)
+            self.specs.install(idx, current=False)
+            best = latest.get(spec.flow_type)
+            if best is None or updated_at > best[0]:
+                latest[spec.flow_type] = (updated_at, idx)
+        for _, idx in latest.values():
+            self.specs.install(idx)
 
     def release(self, env: Envelope) -> None:
         """No Worker of this server serves ``env``'s Flow type: leave it to the others."""
@@ -156,12 +166,29 @@ class Runtime:
     # ------------------------------------------------------------------ effects
 
     def versions(self) -> dict[str, int]:
+        """Each run's latest committed version, for the dispatcher to spot stale snapshots.
+
+        A snapshot built by a job can reach the dispatcher after a later job of the same run
+        committed; the entry tells it to rebuild. Entries go when the run closes here and,
+        for runs that closed elsewhere or went quiet, once a run had no queued task and no
+        change for a whole ``_VERSIONS_PRUNE_S`` period.
+        """
         return self._versions
 
+    def prune_versions(self) -> None:
+        live = {run_id for run_id, _ in self.dispatcher.by_exec}
+        keep = self._versions_touched | live
+        for run_id in [r for r in self._versions if r not in keep]:
+            del self._versions[run_id]
+        self._versions_touched = set()
+
     def apply(self, eff: Effects) -> None:
+        for idx in eff.specs:
+            self.specs.install(idx)
         for run_id, v in eff.versions.items():
             if v > self._versions.get(run_id, 0):
                 self._versions[run_id] = v
+                self._versions_touched.add(run_id)
         for run_id, eid in eff.cancelled:
             self.dispatcher.cancel(run_id, eid, "the Step was cancelled")
         for flow_id, run_id in eff.closed:
@@ -288,6 +315,7 @@ class Runtime:
     # ------------------------------------------------------------------ worker frames
 
     def worker_registered(self, conn: WorkerConn, flows: list[FlowSpec]) -> None:
+        """Serve ``conn``: its specs were stored (``register_specs``); no running run changes."""
         self.dispatcher.register(conn)
         if self.shared:
             for flow_type in conn.flow_types:
@@ -295,15 +323,21 @@ class Runtime:
                 self._spawn(self.cluster.claim_rpcs(flow_type))
 
     async def register_specs(self, flows: list[FlowSpec]) -> None:
+        """Store a Worker's spec versions and make them their types' current ones.
+
+        Runs keep the version they started with, so a Worker of another code version
+        changes only what new starts without a spec of their own run with.
+        """
         now = time.time()
+        indexes = [self.specs.index(spec) for spec in flows]
 
         def job(tx: Tx) -> None:
-            for spec in flows:
-                tx.specs.upsert(spec, now)
+            for idx in indexes:
+                tx.specs.put(idx.version, idx.spec, now)
 
         await self.store.run(job)
-        for spec in flows:
-            self.specs.put(spec)
+        for idx in indexes:
+            self.specs.install(idx)
         if self.shared:
             await self.store.run(lambda tx: tx.signals.notify("spec", ""))
 
@@ -453,14 +487,14 @@ class Runtime:
             self.dispatcher.cancel(env.run_id, env.key[1], "another server took this Step over")
 
     def stream_capacity(self, flow_type: str, stream: str) -> int:
-        idx = self.specs.get(flow_type)
-        if idx is None:
+        if self.specs.get(flow_type) is None:
             raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
-        if stream not in idx.streams:
+        cap = self.specs.stream_capacity(flow_type, stream)
+        if cap is None:
             raise ServiceError(
                 ErrorCode.BAD_REQUEST, f"Flow type {flow_type!r} declares no Stream {stream!r}"
             )
-        return idx.streams.get(stream, DEFAULT_STREAM_CAPACITY)
+        return cap
 
     def stream_write(
         self, flow_type: str, stream: str, flow_id: str, value: bytes, source: str
@@ -492,6 +526,18 @@ class Runtime:
     async def wait_closed(self, flow_id: str, timeout_s: float) -> bool:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed_waiters.setdefault(flow_id, []).append(fut)
+        try:
+            return await self._wait_closed(flow_id, fut, timeout_s)
+        finally:
+            # every way out forgets the waiter: the dict holds only Flows being waited on
+            waiters = self._closed_waiters.get(flow_id)
+            if waiters is not None:
+                if fut in waiters:
+                    waiters.remove(fut)
+                if not waiters:
+                    del self._closed_waiters[flow_id]
+
+    async def _wait_closed(self, flow_id: str, fut: asyncio.Future[None], timeout_s: float) -> bool:
         info = await self.store.run(lambda tx: _flows.describe(tx, flow_id))
         if info.status != "running":
             return True
@@ -512,9 +558,6 @@ class Runtime:
                     if info.status != "running":
                         return True
         except TimeoutError:
-            waiters = self._closed_waiters.get(flow_id, [])
-            if fut in waiters:
-                waiters.remove(fut)
             return False
         return True
 
@@ -713,10 +756,14 @@ class Runtime:
 
     async def _lease_loop(self) -> None:
         outage = Outage("the lease check")
+        pruned = time.monotonic()
         while True:
             await asyncio.sleep(0.1)
             try:
                 self.dispatcher.check()
+                if time.monotonic() - pruned > _VERSIONS_PRUNE_S:
+                    pruned = time.monotonic()
+                    self.prune_versions()
             except Exception as exc:
                 await asyncio.sleep(outage.failed(exc))
             else:

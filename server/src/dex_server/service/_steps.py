@@ -186,7 +186,7 @@ def apply_step_result(
         fail_attempt(tx, limits, specs, flow, e, ref, result.error, now, eff)
         finish(tx, flow, eff)
         return eff
-    idx = specs.require(flow.flow_type)
+    idx = specs.of_run(tx, flow)
     try:
         if ref.kind == "wait_for" and result.wait is None:
             raise InvalidDecisionError("a wait_for result must carry a Wait")
@@ -264,7 +264,7 @@ def apply_step_result(
                 )
             )
         cancel_execs(tx, flow, plan.cancel, eff)
-        idx = specs.require(flow.flow_type)
+        idx = specs.of_run(tx, flow)
         for n in plan.new:
             schedule(tx, flow, new_exec(tx, limits, flow, idx, n, now), now, eff)
         if plan.close is not None:
@@ -369,7 +369,7 @@ def fail_attempt(
         now,
     )
     recovery = RecoveryErrorWire(detail=error.message, error_type=error.error_type)
-    idx = specs.require(flow.flow_type)
+    idx = specs.of_run(tx, flow)
     if kind == "wait_for" and e.options.wait_for_failure_proceed:
         e.phase, e.attempt, e.first_attempt_at = "execute", 1, now
         e.wait_for_failed, e.recovery_error, e.not_before = True, recovery, 0.0

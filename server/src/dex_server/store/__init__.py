@@ -7,9 +7,10 @@ from pathlib import Path
 from dex_server.store._contract import Store, StoreUnavailableError, Tx
 from dex_server.store._migrations import SchemaBehindError
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
-from dex_server.store.sqlite import SqliteStore
+from dex_server.store.sqlite import DataFolderInUseError, SqliteStore
 
 __all__ = [
+    "DataFolderInUseError",
     "ExecRecord",
     "FlowRecord",
     "PendingMessage",

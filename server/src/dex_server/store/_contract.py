@@ -17,10 +17,19 @@ from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, St
 
 
 class FlowsStore(Protocol):
-    def insert(self, flow: FlowRecord) -> None: ...
+    def insert(self, flow: FlowRecord) -> bool:
+        """Insert a new running run; ``False`` (nothing written) when its Flow ID has one.
+
+        The database enforces one running run per Flow ID (a unique partial index): a
+        concurrent start of the same ID on another server waits for this transaction and
+        then gets ``False`` (or this one does).
+        """
+
     def update(self, flow: FlowRecord) -> None: ...
     def get(self, run_id: str) -> FlowRecord | None: ...
-    def latest(self, flow_id: str) -> FlowRecord | None: ...
+    def latest(self, flow_id: str) -> FlowRecord | None:
+        """The Flow ID's running run, else its newest one."""
+
     def page(
         self, *, flow_type: str | None, status: str | None, limit: int, before_run_id: str | None
     ) -> list[FlowRecord]: ...
@@ -30,8 +39,17 @@ class FlowsStore(Protocol):
 
 
 class SpecsStore(Protocol):
-    def upsert(self, spec: FlowSpec, now: float) -> None: ...
-    def all(self) -> list[FlowSpec]: ...
+    """Every version of every Flow type's spec, keyed by Flow type and version (a hash)."""
+
+    def put(self, version: str, spec: FlowSpec, now: float) -> None:
+        """Store a version, or make a stored one the latest again (``updated_at=now``)."""
+
+    def get(self, flow_type: str, version: str) -> FlowSpec | None: ...
+    def latest(self, flow_type: str) -> tuple[str, FlowSpec] | None:
+        """``(version, spec)`` stored or made the latest most recently."""
+
+    def all(self) -> list[tuple[str, FlowSpec, float]]:
+        """Every ``(version, spec, updated_at)``."""
 
 
 class ExecutionsStore(Protocol):
@@ -251,6 +269,16 @@ class Store(Protocol):
     server_id: str
     batches: int
     jobs: int
+
+    def acquire(self) -> None:
+        """Take the store for this process before serving (idempotent; ``open`` does too).
+
+        SQLite locks its data folder (a second server on it gets ``DataFolderInUseError``);
+        a no-op where several servers share the store.
+        """
+
+    def release(self) -> None:
+        """Give back what :meth:`acquire` took (``close`` does too)."""
 
     def open(self) -> None: ...
     def start_signals(self, on_signal: Callable[[str, str], None]) -> None:

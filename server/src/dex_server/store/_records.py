@@ -43,6 +43,8 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     wait_seq: int = 0
     # the transactional RPC (on any server) whose snapshot Step results must not overtake
     commit_hold: str | None = None
+    # the version of the Flow type's spec the run started with ("" before versions existed)
+    spec_version: str = ""
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):

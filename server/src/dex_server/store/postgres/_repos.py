@@ -58,10 +58,12 @@ def _b(v: object) -> bytes:
 
 
 class PgFlows(_Repo):
-    def insert(self, flow: FlowRecord) -> None:
-        self.run(
+    def insert(self, flow: FlowRecord) -> bool:
+        # a concurrent start of the same Flow ID waits here for the other transaction
+        row = self.row(
             "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
-            " data) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            " data) VALUES (%s,%s,%s,%s,%s,%s,%s)"
+            " ON CONFLICT (flow_id) WHERE status='running' DO NOTHING RETURNING 1",
             (
                 flow.run_id,
                 flow.flow_id,
@@ -72,6 +74,7 @@ class PgFlows(_Repo):
                 record_encoder.encode(flow),
             ),
         )
+        return row is not None
 
     def update(self, flow: FlowRecord) -> None:
         self.run(
@@ -84,8 +87,10 @@ class PgFlows(_Repo):
         return flow_decoder.decode(_b(row[0])) if row else None
 
     def latest(self, flow_id: str) -> FlowRecord | None:
+        # the running run, whatever its id: run ids come from several servers' clocks
         row = self.row(
-            "SELECT data FROM flows WHERE flow_id=%s ORDER BY run_id DESC LIMIT 1" + self.lock,
+            "SELECT data FROM flows WHERE flow_id=%s ORDER BY status='running' DESC,"
+            " run_id DESC LIMIT 1" + self.lock,
             (flow_id,),
         )
         return flow_decoder.decode(_b(row[0])) if row else None
@@ -125,15 +130,30 @@ class PgFlows(_Repo):
 
 
 class PgSpecs(_Repo):
-    def upsert(self, spec: FlowSpec, now: float) -> None:
+    def put(self, version: str, spec: FlowSpec, now: float) -> None:
         self.run(
-            "INSERT INTO specs (flow_type, spec, updated_at) VALUES (%s,%s,%s) ON CONFLICT"
-            " (flow_type) DO UPDATE SET spec=excluded.spec, updated_at=excluded.updated_at",
-            (spec.flow_type, record_encoder.encode(spec), now),
+            "INSERT INTO flow_specs (flow_type, version, spec, updated_at) VALUES (%s,%s,%s,%s)"
+            " ON CONFLICT (flow_type, version) DO UPDATE SET updated_at=excluded.updated_at",
+            (spec.flow_type, version, record_encoder.encode(spec), now),
         )
 
-    def all(self) -> list[FlowSpec]:
-        return [_spec_decoder.decode(_b(r[0])) for r in self.rows("SELECT spec FROM specs")]
+    def get(self, flow_type: str, version: str) -> FlowSpec | None:
+        row = self.row(
+            "SELECT spec FROM flow_specs WHERE flow_type=%s AND version=%s", (flow_type, version)
+        )
+        return _spec_decoder.decode(_b(row[0])) if row else None
+
+    def latest(self, flow_type: str) -> tuple[str, FlowSpec] | None:
+        row = self.row(
+            "SELECT version, spec FROM flow_specs WHERE flow_type=%s"
+            " ORDER BY updated_at DESC LIMIT 1",
+            (flow_type,),
+        )
+        return (str(row[0]), _spec_decoder.decode(_b(row[1]))) if row else None
+
+    def all(self) -> list[tuple[str, FlowSpec, float]]:
+        rows = self.rows("SELECT version, spec, updated_at FROM flow_specs")
+        return [(str(r[0]), _spec_decoder.decode(_b(r[1])), float(r[2])) for r in rows]  # type: ignore[arg-type]
 
 
 class PgExecutions(_Repo):

@@ -200,6 +200,12 @@ class PostgresStore:
     def describe(self) -> str:
         return f"postgres {redact(self.url)}"
 
+    def acquire(self) -> None:
+        """Several servers share a PostgreSQL store: nothing to take."""
+
+    def release(self) -> None:
+        """Nothing was taken."""
+
     def open(self) -> None:
         """Connect, apply (or verify) migrations and start the writer thread."""
         migrate(self.url, verify_only=self.verify_only)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from dex_server.store.sqlite._store import SqliteStore, apply_migrations
+from dex_server.store.sqlite._store import DataFolderInUseError, SqliteStore, apply_migrations
 
-__all__ = ["SqliteStore", "apply_migrations"]
+__all__ = ["DataFolderInUseError", "SqliteStore", "apply_migrations"]

@@ -40,10 +40,11 @@ class SqliteFlows:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn
 
-    def insert(self, flow: FlowRecord) -> None:
-        self.c.execute(
+    def insert(self, flow: FlowRecord) -> bool:
+        cur = self.c.execute(
             "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
-            " data) VALUES (?,?,?,?,?,?,?)",
+            " data) VALUES (?,?,?,?,?,?,?)"
+            " ON CONFLICT (flow_id) WHERE status='running' DO NOTHING",
             (
                 flow.run_id,
                 flow.flow_id,
@@ -54,6 +55,7 @@ class SqliteFlows:
                 record_encoder.encode(flow),
             ),
         )
+        return cur.rowcount > 0
 
     def update(self, flow: FlowRecord) -> None:
         self.c.execute(
@@ -66,8 +68,11 @@ class SqliteFlows:
         return flow_decoder.decode(row[0]) if row else None
 
     def latest(self, flow_id: str) -> FlowRecord | None:
+        # the running run, whatever its id (another server's clock may make it the smaller)
         row = self.c.execute(
-            "SELECT data FROM flows WHERE flow_id=? ORDER BY run_id DESC LIMIT 1", (flow_id,)
+            "SELECT data FROM flows WHERE flow_id=? ORDER BY status='running' DESC, run_id DESC"
+            " LIMIT 1",
+            (flow_id,),
         ).fetchone()
         return flow_decoder.decode(row[0]) if row else None
 
@@ -109,15 +114,30 @@ class SqliteSpecs:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn
 
-    def upsert(self, spec: FlowSpec, now: float) -> None:
+    def put(self, version: str, spec: FlowSpec, now: float) -> None:
         self.c.execute(
-            "INSERT INTO specs (flow_type, spec, updated_at) VALUES (?,?,?) ON CONFLICT"
-            " (flow_type) DO UPDATE SET spec=excluded.spec, updated_at=excluded.updated_at",
-            (spec.flow_type, record_encoder.encode(spec), now),
+            "INSERT INTO flow_specs (flow_type, version, spec, updated_at) VALUES (?,?,?,?)"
+            " ON CONFLICT (flow_type, version) DO UPDATE SET updated_at=excluded.updated_at",
+            (spec.flow_type, version, record_encoder.encode(spec), now),
         )
 
-    def all(self) -> list[FlowSpec]:
-        return [_spec_decoder.decode(r[0]) for r in self.c.execute("SELECT spec FROM specs")]
+    def get(self, flow_type: str, version: str) -> FlowSpec | None:
+        row = self.c.execute(
+            "SELECT spec FROM flow_specs WHERE flow_type=? AND version=?", (flow_type, version)
+        ).fetchone()
+        return _spec_decoder.decode(row[0]) if row else None
+
+    def latest(self, flow_type: str) -> tuple[str, FlowSpec] | None:
+        row = self.c.execute(
+            "SELECT version, spec FROM flow_specs WHERE flow_type=?"
+            " ORDER BY updated_at DESC LIMIT 1",
+            (flow_type,),
+        ).fetchone()
+        return (row[0], _spec_decoder.decode(row[1])) if row else None
+
+    def all(self) -> list[tuple[str, FlowSpec, float]]:
+        rows = self.c.execute("SELECT version, spec, updated_at FROM flow_specs")
+        return [(r[0], _spec_decoder.decode(r[1]), r[2]) for r in rows]
 
 
 class SqliteExecutions:

@@ -3,8 +3,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,81 @@ _CHECKPOINT_EVERY_BATCHES = 64
 _CHECKPOINT_IDLE_S = 1.0
 _WAL_RESTART_FRAMES = 4096
 _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+class DataFolderInUseError(RuntimeError):
+    """Another server process holds the SQLite store's data folder.
+
+    Attributes:
+        folder: the data folder.
+        pid: the process holding it, when its lock file names one.
+
+    """
+
+    def __init__(self, folder: Path, lock_file: Path, pid: int | None) -> None:
+        holder = f"another Dex server (PID {pid})" if pid else "another Dex server"
+        super().__init__(
+            f"the data folder {folder} is in use by {holder}: one server per SQLite store "
+            f"(lock file {lock_file.name}); stop that server or use another data folder"
+        )
+        self.folder = folder
+        self.pid = pid
+
+
+class _FolderLock:
+    """An OS lock on ``<database>.lock`` (flock / msvcrt), held while the store is open.
+
+    The operating system frees it when the process ends, however it ends, so a crashed
+    server never leaves its folder locked. The file names the holder's PID after a first
+    byte that is the locked region on Windows.
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _lock(fd)
+        except OSError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise DataFolderInUseError(self.path.parent, self.path, pid) from None
+        os.ftruncate(fd, 1)
+        os.lseek(fd, 1, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the descriptor frees the lock
+
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _lock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        os.lseek(fd, 1, os.SEEK_SET)
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
@@ -149,10 +226,24 @@ class SqliteStore:
         self._reader: tuple[sqlite3.Connection, Tx] | None = None
         self.batches = 0
         self.jobs = 0
+        self._folder_lock = _FolderLock(path)
+
+    def acquire(self) -> None:
+        """Lock the data folder for this process (until :meth:`release` or its exit).
+
+        Raises:
+            DataFolderInUseError: another server holds it.
+
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._folder_lock.acquire()
+
+    def release(self) -> None:
+        self._folder_lock.release()
 
     def open(self) -> None:
-        """Open the database, apply migrations and start the writer thread."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Lock the data folder, open the database, apply migrations, start the writer."""
+        self.acquire()
         self._conn = _connect(self.path, fsync=self.fsync)
         if self.verify_only:
             verify_schema(_SqliteMigrationDb(self._conn), "sqlite")
@@ -197,6 +288,7 @@ class SqliteStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self.release()
 
     def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]:
         """Queue ``job`` for the writer; the future resolves after its transaction commits."""
