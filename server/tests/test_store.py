@@ -13,7 +13,14 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
     assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6]
     assert apply_migrations(conn) == []
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+        (1,),
+        (2,),
+        (3,),
+        (4,),
+        (5,),
+        (6,),
+    ]
 
 
 async def test_group_commit_and_restart(tmp_path: Path) -> None:

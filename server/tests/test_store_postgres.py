@@ -77,6 +77,8 @@ def test_concurrent_migrations_apply_once(db_url: str) -> None:
             (2,),
             (3,),
             (4,),
+            (5,),
+            (6,),
         ]
 
 
