@@ -24,6 +24,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import venv
 from collections.abc import Callable, Sequence
@@ -179,21 +181,72 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     return checks
 
 
+def _run_captured(check: Check, log: Path) -> bool:
+    cmd = check[1]
+    env = check[2] if len(check) == 3 else None
+    full_env = {**os.environ, **env} if env else None
+    prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
+    with log.open("w") as out:
+        out.write(f"$ {prefix}{' '.join(cmd)}\n")
+        out.flush()
+        code = subprocess.run(
+            list(cmd), cwd=ROOT, check=False, env=full_env, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+    return code == 0
+
+
+def lanes(checks: Sequence[Check], count: int) -> list[list[Check]]:
+    """Split ``checks`` into ``count`` lanes that run side by side, each in its own order.
+
+    Every ``ci.sh`` (lint, types, the suites on SQLite) goes in one lane, the PostgreSQL runs
+    and the root checks in the other: about equal halves of the time. Each lane keeps the
+    order the checks were listed in.
+    """
+    if count <= 1:
+        return [list(checks)]
+    first = [c for c in checks if c[1][:1] == ["bash"]]
+    rest = [c for c in checks if c[1][:1] != ["bash"]]
+    return [first, rest]
+
+
 def test(uv: str) -> int:
-    """Run every check in turn (all of them, even after a failure) and print a summary."""
-    results: list[tuple[str, bool, float]] = []
+    """Run every check (all of them, even after a failure) in two lanes and print a summary.
+
+    Each check's output is printed whole when it ends, so lanes never interleave lines;
+    ``DEX_TEST_LANES=1`` runs everything one after another.
+    """
     checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
-    for check in checks:
-        name, cmd = check[0], check[1]
-        env = check[2] if len(check) == 3 else None
-        _say(f"=== {name}")
-        started = time.monotonic()
-        ok = _run(cmd, env) == 0
-        results.append((name, ok, time.monotonic() - started))
+    count = 1 if os.environ.get("DEX_TEST_LANES", "2").strip() == "1" else 2
+    results: dict[str, tuple[bool, float]] = {}
+    printing = threading.Lock()
+    logs = Path(tempfile.mkdtemp(prefix="dex-test-logs-"))
+
+    def run_lane(lane: list[Check]) -> None:
+        for i, check in enumerate(lane):
+            name = check[0]
+            with printing:
+                _say(f"=== {name} (started)")
+            started = time.monotonic()
+            log = logs / f"{id(lane)}-{i}.log"
+            ok = _run_captured(check, log)
+            seconds = time.monotonic() - started
+            results[name] = (ok, seconds)
+            with printing:
+                _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
+                sys.stdout.write(log.read_text(errors="replace"))
+                sys.stdout.flush()
+
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes(checks, count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(logs, ignore_errors=True)
     print()
-    for name, ok, seconds in results:
-        print(f"  {'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f}s)")
-    passed = sum(1 for _, ok, _ in results if ok)
+    for check in checks:
+        ok, seconds = results[check[0]]
+        print(f"  {'PASS' if ok else 'FAIL'}  {check[0]}  ({seconds:.1f}s)")
+    passed = sum(1 for ok, _ in results.values() if ok)
     failed = len(results) - passed
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
