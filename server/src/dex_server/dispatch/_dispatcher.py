@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections import deque
@@ -14,6 +15,11 @@ from dex._protocol import CancelTask, ErrorInfo, Task, TaskFrame
 from dex_server.dispatch._model import Envelope, InFlight, WorkerConn, schedule_to_start_error
 from dex_server.engine import expired
 
+log = logging.getLogger("dex_server.dispatch")
+
+# backoff of a task build that failed (the store is away)
+_BUILD_RETRY_FIRST_S = 0.05
+_BUILD_RETRY_MAX_S = 2.0
 # how long a Worker's rejection of a task keeps the task from it (unless it frees a slot)
 _REJECT_BACKOFF_S = 1.0
 
@@ -72,7 +78,21 @@ class Dispatcher:
         self._queue(env)
 
     async def _build_then_queue(self, env: Envelope) -> None:
-        task = await self.host.build_task(env)
+        delay = _BUILD_RETRY_FIRST_S
+        while True:
+            try:
+                task = await self.host.build_task(env)
+                break
+            except Exception:
+                # the store could not be read (an outage): the execution stays this server's,
+                # so keep trying until it is built or cancelled rather than strand it
+                if delay == _BUILD_RETRY_FIRST_S:
+                    log.warning("building a task failed; retrying", exc_info=True)
+                if env.cancelled:
+                    self._drop(env)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BUILD_RETRY_MAX_S)
         if task is None or env.cancelled:
             self._drop(env)
             return
