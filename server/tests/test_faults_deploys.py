@@ -18,7 +18,6 @@ import socket
 import sqlite3
 import subprocess
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -62,6 +61,7 @@ from dex_server.testing import (
     selected_database,
 )
 
+from tests._pg import postgres_reachable, until
 from tests._rawworker import RawWorker, raw
 from tests.test_cli import dexcli_cmd
 
@@ -78,14 +78,6 @@ V2 = FlowSpec(
 )
 # a third version whose start is refused: it must leave no trace
 GHOST = FlowSpec(flow_type="Deploy", start_step="Ghost", steps=[StepSpec(step_type="Ghost")])
-
-
-def _postgres_reachable() -> bool:
-    try:
-        drop_test_database(create_test_database())
-    except Exception:
-        return False
-    return True
 
 
 class Deployer:
@@ -127,20 +119,6 @@ def start_body(
 
 
 EMPTY = FlowSpec(flow_type="Deploy")
-
-
-async def until(predicate: Callable[[], Any], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` (sync or async) until it is true, for at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = predicate()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def first_task(w: RawWorker, flow_id: str) -> Task | None:
@@ -249,7 +227,7 @@ async def test_a_refused_start_leaves_no_spec_behind(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    selected_database() != "postgres" or not _postgres_reachable(),
+    selected_database() != "postgres" or not postgres_reachable(),
     reason="two servers share a PostgreSQL database (DEX_TEST_DATABASE=postgres)",
 )
 async def test_a_new_version_started_through_another_server_leaves_running_flows_on_theirs(
@@ -287,7 +265,7 @@ async def test_a_new_version_started_through_another_server_leaves_running_flows
 
 
 @pytest.mark.skipif(
-    selected_database() != "postgres" or not _postgres_reachable(),
+    selected_database() != "postgres" or not postgres_reachable(),
     reason="two servers share a PostgreSQL database (DEX_TEST_DATABASE=postgres)",
 )
 async def test_concurrent_starts_through_two_servers_give_one_running_run(tmp_path: Path) -> None:
@@ -334,7 +312,7 @@ if _offset:
 
 
 @pytest.mark.skipif(
-    selected_database() != "postgres" or not _postgres_reachable(),
+    selected_database() != "postgres" or not postgres_reachable(),
     reason="two servers share a PostgreSQL database (DEX_TEST_DATABASE=postgres)",
 )
 async def test_a_server_with_a_slow_clock_starts_no_second_running_run(
@@ -426,7 +404,7 @@ def _running_per_flow_id(url: str) -> dict[str, int]:
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_the_upgrade_keeps_one_running_run_per_flow_id(tmp_path: Path, dialect: str) -> None:
     """Runs started twice by older servers: the newest stays running, the others end."""
-    if dialect == "postgres" and not _postgres_reachable():
+    if dialect == "postgres" and not postgres_reachable():
         pytest.skip("PostgreSQL is not reachable")
     runs = [
         FlowRecord(run_id=f"run-{i}", flow_id=fid, flow_type="T", started_at=float(i))
@@ -669,7 +647,7 @@ async def test_run_bookkeeping_is_freed_when_runs_close(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    selected_database() != "postgres" or not _postgres_reachable(),
+    selected_database() != "postgres" or not postgres_reachable(),
     reason="two servers share a PostgreSQL database (DEX_TEST_DATABASE=postgres)",
 )
 async def test_versions_of_runs_closed_on_another_server_are_freed(

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import msgspec
-import psycopg
 import pytest
 from dex._protocol import (
     DecisionSpec,
@@ -39,6 +38,7 @@ from dex_server.testing import (
     running_server,
 )
 
+from tests._pg import needs_postgres
 from tests._rawworker import RawWorker, raw
 
 _ONCE = RetryPolicySpec(maximum_attempts=1)
@@ -201,15 +201,7 @@ async def test_an_rpc_waits_for_a_worker_up_to_its_timeout(tmp_path: Path) -> No
         assert time.monotonic() - started >= 2.9
 
 
-def _postgres() -> bool:
-    try:
-        drop_test_database(create_test_database())
-    except psycopg.OperationalError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _postgres(), reason="PostgreSQL is not reachable")
+@needs_postgres
 async def test_pooled_work_waits_for_a_busy_worker_on_another_server(tmp_path: Path) -> None:
     """Fault: two servers; the only Worker is attached to server B and busy; a Flow starts
     on server A. Promise: the Step waits in the pool (longer than the 10 s the servers

@@ -24,17 +24,15 @@ from dex import FlowStatus, ServiceUnavailableError
 from dex_server.testing import RunningServer
 
 from tests._mn_flows import GUARDED, HOLD, PACE, SOLO, STRIDES
+from tests._pg import db_url, never, until
 from tests._tcpproxy import TcpProxy
 from tests.test_multinode_pg import (
     Worker,
     client,
     completed_steps,
-    db_url,
     logged,
-    never,
     pytestmark,
     read_log,
-    until,
     workers_ready,
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from dex import AsyncClient, ClientOptions, FlowStatus
 from dex_server.testing import RunningServer
 
 from tests._fault_flows import LINGERER, NAPPER, RETRIER, RETRY_AFTER_S, VOUCHED, registry
+from tests._pg import until
 from tests._pgcluster import PgCluster, private_cluster
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
@@ -115,18 +117,6 @@ def _accepts(pg: PgCluster) -> bool:
     except psycopg.OperationalError:
         return False
     return True
-
-
-async def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Poll ``predicate`` (sync or async) until it is true, for at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = predicate()
-        if await got if asyncio.iscoroutine(got) else got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def phase_is(st: Setup, flow_id: str, phase: str) -> bool:
@@ -243,11 +233,15 @@ async def test_results_sent_during_an_outage_commit_after_it(pg: PgCluster, tmp_
         for flow_id in flows:
             await st.client.start_flow(LINGERER, flow_id, "outage")
         for flow_id in flows:
-            await until(lambda f=flow_id: st.logged("lingering", f), 30, "the Steps to start")
+            await until(
+                functools.partial(st.logged, "lingering", flow_id), 30, "the Steps to start"
+            )
         pg.stop()
         st.open_gate("outage")  # the three results reach the server while the store is away
         for flow_id in flows:
-            await until(lambda f=flow_id: st.logged("lingered", f), 30, "the Steps to return")
+            await until(
+                functools.partial(st.logged, "lingered", flow_id), 30, "the Steps to return"
+            )
         await asyncio.sleep(OUTAGE_S / 2)
         pg.start()
         for flow_id in flows:

@@ -15,14 +15,13 @@ import hashlib
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import msgspec
 import psycopg
-import pytest
 import uvicorn
 from dex._protocol import (
     ConditionSpec,
@@ -48,12 +47,13 @@ from dex_server.store._records import FlowRecord, StoredValue
 from dex_server.store.postgres._store import PostgresStore
 from dex_server.testing import (
     RunningServer,
-    create_test_database,
-    drop_test_database,
     fresh_database,
 )
 
+from tests._pg import db_url, needs_postgres, until
 from tests._rawworker import RawWorker, raw
+
+__all__ = ["db_url"]  # a fixture, used by name
 
 T = TypeVar("T")
 
@@ -74,36 +74,7 @@ PROMPT = msgspec.json.encode("You are a careful assistant. " * 400)
 PROMPT_HASH = hashlib.sha256(PROMPT).hexdigest()
 
 
-def _pg_reachable() -> bool:
-    try:
-        drop_test_database(create_test_database())
-    except psycopg.OperationalError:
-        return False
-    return True
-
-
-needs_pg = pytest.mark.skipif(not _pg_reachable(), reason="PostgreSQL is not reachable")
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    url = create_test_database()
-    try:
-        yield url
-    finally:
-        drop_test_database(url)
-
-
-async def until(predicate: Callable[[], Any], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` (sync or async) until it is true, for at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = predicate()
-        if await got if asyncio.iscoroutine(got) else got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+needs_pg = needs_postgres
 
 
 def start_body(flow_id: str, *, prompt: bool = False, notes: int = 0) -> bytes:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +19,17 @@ import msgspec
 import psycopg
 import pytest
 from dex import AsyncClient, ClientOptions, FlowStatus, RpcLockConflictError
-from dex_server.testing import RunningServer, create_test_database, drop_test_database
+from dex_server.testing import RunningServer
 
 from tests._mn_flows import BELL_FLOW, GUARDED, HOPS, RELAY, VOUCHED, registry
+from tests._pg import db_url, needs_postgres, never, until
+
+__all__ = ["db_url"]  # a fixture, used by name
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
 
 
-def _reachable() -> bool:
-    try:
-        drop_test_database(create_test_database())
-    except psycopg.OperationalError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _reachable(), reason="PostgreSQL is not reachable")
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    url = create_test_database()
-    try:
-        yield url
-    finally:
-        drop_test_database(url)
+pytestmark = needs_postgres
 
 
 class Worker:
@@ -94,28 +80,6 @@ def client(server: RunningServer) -> AsyncClient:
 
 def read_log(path: Path) -> list[list[str]]:
     return [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
-
-
-async def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Poll ``predicate`` (sync or async) until it is true, for at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not await _check(predicate):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def _check(predicate) -> object:  # type: ignore[no-untyped-def]
-    got = predicate()
-    return await got if asyncio.iscoroutine(got) else got
-
-
-async def never(predicate, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Check for ``seconds`` that ``predicate`` (sync or async) stays false."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert not await _check(predicate), what
-        await asyncio.sleep(0.05)
 
 
 async def workers_ready(log: Path, workers: list[Worker]) -> list[str]:

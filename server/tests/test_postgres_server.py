@@ -7,34 +7,15 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-import pytest
-from dex_server.testing import create_test_database, drop_test_database
-
+from tests._pg import db_url, needs_postgres
 from tests.test_cli import dexcli_cmd
 
-
-def _reachable() -> bool:
-    try:
-        drop_test_database(create_test_database())
-    except psycopg.OperationalError:
-        return False
-    return True
+__all__ = ["db_url"]  # a fixture, used by name
 
 
-pytestmark = pytest.mark.skipif(not _reachable(), reason="PostgreSQL is not reachable")
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    url = create_test_database()
-    try:
-        yield url
-    finally:
-        drop_test_database(url)
+pytestmark = needs_postgres
 
 
 def _server(url: str, address_file: Path, *extra: str) -> subprocess.Popen[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -17,28 +16,13 @@ from dex_server.store import (
     Tx,
 )
 from dex_server.store.postgres import PostgresStore, migrate
-from dex_server.testing import create_test_database, drop_test_database
+
+from tests._pg import db_url, needs_postgres
+
+__all__ = ["db_url"]  # a fixture, used by name
 
 
-def _reachable() -> bool:
-    try:
-        url = create_test_database()
-    except psycopg.OperationalError:
-        return False
-    drop_test_database(url)
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _reachable(), reason="PostgreSQL is not reachable")
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    url = create_test_database()
-    try:
-        yield url
-    finally:
-        drop_test_database(url)
+pytestmark = needs_postgres
 
 
 def _insert(i: int):  # type: ignore[no-untyped-def]
