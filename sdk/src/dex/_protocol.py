@@ -255,12 +255,23 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
 
 
 class Register(Struct, tag="register", kw_only=True):
+    """The first frame of a Worker connection.
+
+    ``worker_instance_id`` identifies the Worker process across its reconnects (random,
+    made once per Worker; ``""``: the Worker cannot resume). ``resume_task_ids`` lists the
+    tasks of an earlier connection of that instance the Worker still runs, or whose result
+    it sent just before that connection closed; the server answers, in
+    ``Registered.resumed_task_ids``, which of them it still holds for the Worker.
+    """
+
     app_worker_id: str
     flows: list[FlowSpec]
     max_concurrent_tasks: int
     reserved_rpc_tasks: int
     sdk_version: str = ""
     protocol_version: int = PROTOCOL_VERSION
+    worker_instance_id: str = ""
+    resume_task_ids: list[str] = []
 
 
 class Heartbeat(Struct, tag="heartbeat", kw_only=True, omit_defaults=True):
@@ -316,11 +327,18 @@ class Registered(Struct, tag="registered", kw_only=True):
     announced). A Worker must not send a larger frame: the server would close the
     connection. The SDK turns a task result that would be larger into a
     ``LIMIT_EXCEEDED`` error result instead.
+
+    ``resumed_task_ids``: the tasks of ``Register.resume_task_ids`` now on this connection;
+    the Worker sends their frames and results here and stops every other task it still
+    runs (the server no longer holds it for the Worker). ``reconnect_grace_s``: how long the
+    server holds a Worker's tasks after its connection closes (``0``: no resuming).
     """
 
     server_version: str
     blob_threshold_bytes: int
     max_frame_bytes: int = 0
+    resumed_task_ids: list[str] = []
+    reconnect_grace_s: float = 0.0
 
 
 class TaskFrame(Struct, tag="task", kw_only=True):

@@ -36,6 +36,8 @@ from dex_server.service._reads import read_state
 
 log = logging.getLogger("dex_server.worker")
 
+_MAX_INSTANCE_ID = 200
+
 
 def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
     async def endpoint(ws: WebSocket) -> None:
@@ -65,6 +67,14 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                 "need max_concurrent_tasks >= 1 and 0 <= reserved_rpc_tasks < max_concurrent_tasks",
             )
             return
+        if len(first.worker_instance_id) > _MAX_INSTANCE_ID:
+            await _reject(
+                ws,
+                "BAD_REQUEST",
+                f"worker_instance_id is {len(first.worker_instance_id)} characters, over the"
+                f" limit of {_MAX_INSTANCE_ID}",
+            )
+            return
         try:
             await runtime.register_specs(first.flows)
         except Exception as exc:  # the store is away or refused: the Worker tries again later
@@ -76,25 +86,36 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             {f.flow_type for f in first.flows},
             first.max_concurrent_tasks,
             first.reserved_rpc_tasks,
+            first.worker_instance_id,
         )
-        await ws.send_text(
-            encoder.encode(
-                Registered(
-                    server_version="0.1.0",
-                    blob_threshold_bytes=runtime.config.blob_threshold_bytes,
-                    max_frame_bytes=runtime.config.max_worker_frame_bytes,
-                )
-            ).decode()
-        )
-        sender = asyncio.create_task(_send_loop(ws, conn))
-        runtime.worker_registered(conn, first.flows)
+        sender: asyncio.Task[None] | None = None
         try:
+            # before Registered: the Worker learns which of its tasks are still its own
+            resumed = runtime.dispatcher.resume(conn, first.resume_task_ids)
+            await ws.send_text(
+                encoder.encode(
+                    Registered(
+                        server_version="0.1.0",
+                        blob_threshold_bytes=runtime.config.blob_threshold_bytes,
+                        max_frame_bytes=runtime.config.max_worker_frame_bytes,
+                        resumed_task_ids=resumed,
+                        reconnect_grace_s=runtime.dispatcher.reconnect_grace_s,
+                    )
+                ).decode()
+            )
+            if resumed:
+                log.info("worker %s resumed %d task(s)", conn.app_worker_id, len(resumed))
+            sender = asyncio.create_task(_send_loop(ws, conn))
+            runtime.worker_registered(conn, first.flows)
             await _receive_loop(ws, conn, runtime)
+        except WebSocketDisconnect:
+            pass
         finally:
             runtime.dispatcher.unregister(conn)
             conn.outbox.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await sender
+            if sender is not None:
+                with contextlib.suppress(Exception):
+                    await sender
 
     return endpoint
 
