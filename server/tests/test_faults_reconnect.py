@@ -126,3 +126,39 @@ async def test_a_resume_while_the_old_connection_is_open_ignores_the_old_one(
             res = await result_of(http, "half-open")
             assert res["status"] == "completed", res
             assert res["completions"][0]["output"] == "new"  # type: ignore[index]
+
+
+async def test_a_held_task_still_times_out_on_its_heartbeat_timeout(tmp_path: Path) -> None:
+    """The grace period does not suspend timeouts: a held task whose heartbeat timeout
+    passes fails with TIMEOUT (long before the 60 s grace period ends), and its Worker,
+    registering again, gets it refused."""
+    spec = FlowSpec(
+        flow_type="Resume",
+        start_step="A",
+        steps=[
+            StepSpec(
+                step_type="A",
+                options=StepOptionsSpec(
+                    heartbeat_timeout_s=1.0, execute_retry=RetryPolicySpec(maximum_attempts=1)
+                ),
+            )
+        ],
+    )
+    async with (
+        running_server(tmp_path, **GRACE) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        body = encoder.encode(StartFlowRequest(flow_type="Resume", flow_id="hb", spec=spec))
+        first = RawWorker(srv.address, [spec], silent, instance_id="w1")
+        await first.__aenter__()
+        assert (await http.post("/v1/flows", content=body)).status_code == 200
+        task = await first_task(first)
+        await first.close()
+        res = await result_of(http, "hb")
+        assert res["status"] == "failed", res
+        assert "TIMEOUT" in str(res["error_message"]), res
+        async with RawWorker(
+            srv.address, [spec], silent, instance_id="w1", resume=[task.task_id]
+        ) as again:
+            assert again.welcome is not None
+            assert again.welcome.resumed_task_ids == []
