@@ -13,10 +13,16 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
+import websockets
 from dex._protocol import (
+    MAX_RESUME_TASK_IDS,
+    CancelTask,
     DecisionSpec,
     FlowSpec,
     Heartbeat,
+    Register,
+    RegisterRejected,
     ResultFrame,
     RetryPolicySpec,
     StartFlowRequest,
@@ -25,6 +31,7 @@ from dex._protocol import (
     Task,
     TaskResult,
     encoder,
+    server_frame_decoder,
 )
 from dex_server.testing import running_server
 
@@ -162,3 +169,30 @@ async def test_a_held_task_still_times_out_on_its_heartbeat_timeout(tmp_path: Pa
         ) as again:
             assert again.welcome is not None
             assert again.welcome.resumed_task_ids == []
+            deadline = time.monotonic() + 20  # and it is told to stop the stale handler
+            while not any(
+                isinstance(f, CancelTask) and f.task_id == task.task_id for f in again.frames
+            ):
+                assert time.monotonic() < deadline, again.frames
+                await asyncio.sleep(0.02)
+
+
+async def test_a_registration_over_the_resume_limits_is_rejected_naming_them(
+    tmp_path: Path,
+) -> None:
+    base = Register(app_worker_id="raw", flows=[SPEC], max_concurrent_tasks=2, reserved_rpc_tasks=1)
+    too_many = [f"t{i}" for i in range(MAX_RESUME_TASK_IDS + 1)]
+    cases = [
+        (msgspec.structs.replace(base, worker_instance_id="x" * 201), "201 characters"),
+        (
+            msgspec.structs.replace(base, worker_instance_id="w", resume_task_ids=too_many),
+            f"limit of {MAX_RESUME_TASK_IDS}",
+        ),
+    ]
+    async with running_server(tmp_path) as srv:
+        for register, message in cases:
+            async with websockets.connect(f"ws://{srv.address}/v1/worker", max_size=None) as ws:
+                await ws.send(encoder.encode(register).decode())
+                answer = server_frame_decoder.decode(await ws.recv())
+            assert isinstance(answer, RegisterRejected), answer
+            assert answer.code == "BAD_REQUEST" and message in answer.message, answer

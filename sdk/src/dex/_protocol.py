@@ -30,6 +30,9 @@ MAX_FLOW_ID_BYTES = 1024
 """Longest accepted Flow ID, in UTF-8 bytes. Fixed, so a client can refuse a longer one
 before it sends anything; a server rejects it with ``LIMIT_EXCEEDED``."""
 
+MAX_RESUME_TASK_IDS = 10_000
+"""The most task IDs a ``Register`` frame may list in ``resume_task_ids``."""
+
 # msgspec cannot decode ``Raw`` inside a union (``Raw | None`` rejects every non-null
 # value). Optional raw fields are therefore declared as ``Raw`` for msgspec with a
 # ``None`` default: an absent field decodes to None, a present one (even ``null``) to Raw.

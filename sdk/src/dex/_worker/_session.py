@@ -27,6 +27,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from dex._protocol import (
+    MAX_RESUME_TASK_IDS,
     CancelTask,
     ErrorCode,
     ErrorInfo,
@@ -182,10 +183,12 @@ class Session:
                 log.warning("ignoring %s frame before registration", type(answer).__name__)
 
     def _resume_task_ids(self) -> list[str]:
+        # running tasks first: past the limit, a result not offered again only risks its
+        # attempt's retry (as without resuming)
         ids = dict.fromkeys(self._tasks)
         ids.update((task_id, None) for task_id, _, is_result in self._out if is_result)
         ids.update(dict.fromkeys(self._sent_results))
-        return list(ids)
+        return list(ids)[:MAX_RESUME_TASK_IDS]
 
     def _attach(self, ws: ClientConnection, resumed: set[str]) -> None:
         """Serve on ``ws``: keep the frames of the ``resumed`` tasks, stop the others."""

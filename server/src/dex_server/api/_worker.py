@@ -10,7 +10,9 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from dex._protocol import (
+    MAX_RESUME_TASK_IDS,
     PROTOCOL_VERSION,
+    CancelTask,
     ErrorCode,
     ErrorInfo,
     Heartbeat,
@@ -75,6 +77,14 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                 f" limit of {_MAX_INSTANCE_ID}",
             )
             return
+        if len(first.resume_task_ids) > MAX_RESUME_TASK_IDS:
+            await _reject(
+                ws,
+                "BAD_REQUEST",
+                f"resume_task_ids lists {len(first.resume_task_ids)} tasks, over the limit"
+                f" of {MAX_RESUME_TASK_IDS}",
+            )
+            return
         try:
             await runtime.register_specs(first.flows)
         except Exception as exc:  # the store is away or refused: the Worker tries again later
@@ -105,6 +115,9 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             )
             if resumed:
                 log.info("worker %s resumed %d task(s)", conn.app_worker_id, len(resumed))
+            # the rest are not this Worker's any more (ended, timed out, cancelled, elsewhere)
+            for task_id in set(first.resume_task_ids).difference(resumed):
+                conn.send(CancelTask(task_id=task_id, reason="not held for this Worker"))
             sender = asyncio.create_task(_send_loop(ws, conn))
             runtime.worker_registered(conn, first.flows)
             await _receive_loop(ws, conn, runtime)
