@@ -196,31 +196,8 @@ class Session:
             if task_id not in resumed:
                 log.info("task %s was not resumed by the server: cancelling it", task_id)
                 self._cancel(task_id)
-        old, self._out = self._out, deque()
-        delivered: set[str] = set()
-        for task_id, (_, data) in self._sent_results.items():
-            if task_id in resumed:
-                self._out.append((task_id, data, True))
-                delivered.add(task_id)
-        self._sent_results.clear()
-        self._sent_bytes = 0
-        for item in old:
-            if item[0] in resumed:
-                self._out.append(item)
-                if item[2]:
-                    delivered.add(item[0])
-        for key, (ack, data) in list(self._acks.items()):
-            if key[0] in resumed:
-                self._out.append((key[0], data, False))
-            else:
-                del self._acks[key]
-                _lost(ack)
-        for request_id, (read, task_id, data) in list(self._reads.items()):
-            if task_id in resumed:
-                self._out.append((task_id, data, False))
-            else:
-                del self._reads[request_id]
-                _lost(read)
+        delivered = self._keep_frames(resumed)
+        self._repeat_requests(resumed)
         for task_id in resumed - delivered - self._tasks.keys():
             # resumed, but it stopped meanwhile (its grace ran out here): fail the attempt
             error = ErrorInfo(
@@ -234,6 +211,42 @@ class Session:
         if self._out:
             self._flushed.clear()
             self._out_ready.set()
+
+    def _keep_frames(self, resumed: set[str]) -> set[str]:
+        """Queue the resumed tasks' results written lately, then their waiting frames.
+
+        Returns the tasks whose result is queued.
+        """
+        old, self._out = self._out, deque()
+        delivered: set[str] = set()
+        for task_id, (_, data) in self._sent_results.items():
+            if task_id in resumed:
+                self._out.append((task_id, data, True))
+                delivered.add(task_id)
+        self._sent_results.clear()
+        self._sent_bytes = 0
+        for item in old:
+            if item[0] in resumed:
+                self._out.append(item)
+                if item[2]:
+                    delivered.add(item[0])
+        return delivered
+
+    def _repeat_requests(self, resumed: set[str]) -> None:
+        """Send unanswered durable heartbeats and reads of resumed tasks again; fail the rest."""
+        queued = {id(item[1]) for item in self._out}  # not sent yet: no need to repeat
+        for key, (ack, data) in list(self._acks.items()):
+            if key[0] not in resumed:
+                del self._acks[key]
+                _lost(ack)
+            elif id(data) not in queued:
+                self._out.append((key[0], data, False))
+        for request_id, (read, task_id, data) in list(self._reads.items()):
+            if task_id not in resumed:
+                del self._reads[request_id]
+                _lost(read)
+            elif id(data) not in queued:
+                self._out.append((task_id, data, False))
 
     # ------------------------------------------------------------------ main loop
 
