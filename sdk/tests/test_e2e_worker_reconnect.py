@@ -117,6 +117,9 @@ async def test_blip_during_a_step_resumes_its_attempt_on_the_new_connection(
         assert proxy.accepted > accepted  # it really reconnected
         assert read_log(tmp_path, tag) == ["work 1 start", "work 1 end", "done 1 end"]
         assert await _completions(stack, tag, "Work-1") == [1]
+        # its Stream write, made while the connection was down, arrived after the resume
+        note = await stack.client.read_stream(tag, reconnect_flows.NOTES, timeout=10)
+        assert (note.value, note.source) == ("attempt 1", "#Work-1")
 
 
 async def test_blip_after_a_durable_start_keeps_the_single_attempt(tmp_path: Path) -> None:
@@ -169,3 +172,6 @@ async def test_blip_longer_than_the_grace_period_redelivers_and_commits_once(
         )
         for tag in (finished, parked):
             assert await _completions(stack, tag, "Work-1") == [2]
+            # attempt 1's Stream write of ``finished`` waited for a resume that was refused
+            note = await stack.client.read_stream(tag, reconnect_flows.NOTES, timeout=10)
+            assert note.value == "attempt 2"

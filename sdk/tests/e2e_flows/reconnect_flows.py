@@ -10,15 +10,28 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from dex import Context, Flow, RetryPolicy, Step, StepDecision, StepList, StepOptions
+from dex import (
+    Context,
+    Flow,
+    PersistenceSchema,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepList,
+    StepOptions,
+    Stream,
+)
 
 from tests.e2e_flows.common import append_log, async_context
 from tests.support import FileGate
 
+NOTES = Stream("notes", str)
+
 
 class Work(Step[str]):
-    """Heartbeats (the server saw a frame), parks at a gate on attempt 1, then records a
-    durable heartbeat before it ends (not for an input starting with ``quick-``)."""
+    """Heartbeats (the server saw a frame), parks at a gate on attempt 1, writes its
+    attempt to the ``notes`` Stream, then records a durable heartbeat before it ends (not
+    for an input starting with ``quick-``)."""
 
     async def execute(self, ctx: Context, input: str) -> StepDecision:
         context = async_context(ctx)
@@ -27,6 +40,7 @@ class Work(Step[str]):
             await context.heartbeat("alive")
             if context.attempt == 1:
                 await FileGate.from_env(f"{input}-work").async_pass_through()
+            NOTES.write(context, f"attempt {context.attempt}")
             if not input.startswith("quick-"):
                 await context.heartbeat(durable=True)
         except asyncio.CancelledError:
@@ -50,6 +64,9 @@ class Done(Step[str]):
 class Blip(Flow[str]):
     def get_steps(self) -> StepList:
         return StepList.start_step(Work()).other_steps(Done())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(NOTES)
 
 
 BLIP = Blip()
