@@ -34,8 +34,13 @@ class RawWorker:
         slots: int = 4,
         reserved: int = 1,
         token: str | None = None,
+        instance_id: str = "",
+        resume: list[str] | None = None,
     ) -> None:
         self.address = address
+        self.instance_id = instance_id
+        self.resume = resume or []
+        self.welcome: Registered | None = None
         self.flows = flows
         self.handler = handler
         self.slots = slots
@@ -58,10 +63,13 @@ class RawWorker:
                 flows=self.flows,
                 max_concurrent_tasks=self.slots,
                 reserved_rpc_tasks=self.reserved,
+                worker_instance_id=self.instance_id,
+                resume_task_ids=self.resume,
             )
         )
         first = server_frame_decoder.decode(await self.ws.recv())
         assert isinstance(first, Registered), first
+        self.welcome = first
         self._reader = asyncio.create_task(self._read())
         return self
 

@@ -30,6 +30,9 @@ MAX_FLOW_ID_BYTES = 1024
 """Longest accepted Flow ID, in UTF-8 bytes. Fixed, so a client can refuse a longer one
 before it sends anything; a server rejects it with ``LIMIT_EXCEEDED``."""
 
+MAX_RESUME_TASK_IDS = 10_000
+"""The most task IDs a ``Register`` frame may list in ``resume_task_ids``."""
+
 # msgspec cannot decode ``Raw`` inside a union (``Raw | None`` rejects every non-null
 # value). Optional raw fields are therefore declared as ``Raw`` for msgspec with a
 # ``None`` default: an absent field decodes to None, a present one (even ``null``) to Raw.
@@ -255,12 +258,23 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
 
 
 class Register(Struct, tag="register", kw_only=True):
+    """The first frame of a Worker connection.
+
+    ``worker_instance_id`` identifies the Worker process across its reconnects (random,
+    made once per Worker; ``""``: the Worker cannot resume). ``resume_task_ids`` lists the
+    tasks of an earlier connection of that instance the Worker still runs, or whose result
+    it sent just before that connection closed; the server answers, in
+    ``Registered.resumed_task_ids``, which of them it still holds for the Worker.
+    """
+
     app_worker_id: str
     flows: list[FlowSpec]
     max_concurrent_tasks: int
     reserved_rpc_tasks: int
     sdk_version: str = ""
     protocol_version: int = PROTOCOL_VERSION
+    worker_instance_id: str = ""
+    resume_task_ids: list[str] = []
 
 
 class Heartbeat(Struct, tag="heartbeat", kw_only=True, omit_defaults=True):
@@ -316,11 +330,18 @@ class Registered(Struct, tag="registered", kw_only=True):
     announced). A Worker must not send a larger frame: the server would close the
     connection. The SDK turns a task result that would be larger into a
     ``LIMIT_EXCEEDED`` error result instead.
+
+    ``resumed_task_ids``: the tasks of ``Register.resume_task_ids`` now on this connection;
+    the Worker sends their frames and results here and stops every other task it still
+    runs (the server no longer holds it for the Worker). ``reconnect_grace_s``: how long the
+    server holds a Worker's tasks after its connection closes (``0``: no resuming).
     """
 
     server_version: str
     blob_threshold_bytes: int
     max_frame_bytes: int = 0
+    resumed_task_ids: list[str] = []
+    reconnect_grace_s: float = 0.0
 
 
 class TaskFrame(Struct, tag="task", kw_only=True):

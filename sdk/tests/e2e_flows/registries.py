@@ -14,6 +14,7 @@ from tests.e2e_flows import (
     error_flows,
     lifecycle_flows,
     read_flows,
+    reconnect_flows,
     rpc_flows,
     state_flows,
     step_flows,
@@ -35,6 +36,7 @@ def all_flows() -> Registry:
             *lifecycle_flows.FLOWS,
             *read_flows.FLOWS,
             *defect_flows.FLOWS,
+            *reconnect_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         " 0: none, a ready attempt waits for a Worker as long as it takes)",
     )
     p.add_argument(
+        "--worker-reconnect-grace-s",
+        type=float,
+        default=5.0,
+        help="how long a disconnected Worker's tasks wait for it to reconnect and resume"
+        " them before they are redelivered or failed, in seconds (0: no resuming)",
+    )
+    p.add_argument(
         "--server-lease-s",
         type=float,
         default=15.0,
@@ -87,6 +94,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         max_value_bytes=a.max_value_bytes,
         max_flow_state_bytes=a.max_flow_state_bytes,
         dispatch_wait_s=a.dispatch_wait_s or None,
+        worker_reconnect_grace_s=a.worker_reconnect_grace_s,
         log_level=a.log_level,
         server_lease_s=a.server_lease_s,
     )

@@ -59,6 +59,13 @@ class ServerConfig:
             Step attempt whose options set none may wait for a Worker before it fails with
             ``SCHEDULE_TO_START_TIMEOUT`` (and follows its retry policy). ``None`` (the
             default): it waits as long as it takes.
+        worker_reconnect_grace_s: how long the tasks of a Worker whose WebSocket closed
+            stay held for it (not redelivered, not failed, not offered to another Worker),
+            so that the same Worker process can reconnect and resume them (see
+            ``Register.resume_task_ids``). After it, a task the server received no frame
+            for is redelivered and one it did is failed with ``WORKER_CONNECTION_LOST``.
+            Heartbeat and method timeouts keep running meanwhile. ``0`` turns resuming off
+            (default 5 s; redelivery after a Worker crash waits this much longer).
         fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
             ``False`` uses ``NORMAL`` (survives process crashes only). Defaults to
             ``True`` unless env ``DEX_SERVER_FSYNC`` is ``0`` (for benchmarks that
@@ -83,6 +90,7 @@ class ServerConfig:
     max_value_bytes: int = 4 * _MIB
     max_flow_state_bytes: int = 64 * _MIB
     dispatch_wait_s: float | None = None
+    worker_reconnect_grace_s: float = 5.0
     fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
@@ -96,6 +104,13 @@ class ServerConfig:
             raise ValueError(
                 "dispatch_wait_s must be a finite positive number or None, not "
                 f"{self.dispatch_wait_s}"
+            )
+        if not (
+            math.isfinite(self.worker_reconnect_grace_s) and self.worker_reconnect_grace_s >= 0
+        ):
+            raise ValueError(
+                "worker_reconnect_grace_s must be a finite number >= 0, not "
+                f"{self.worker_reconnect_grace_s}"
             )
         if self.pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")

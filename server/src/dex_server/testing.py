@@ -106,6 +106,7 @@ _FLAGS = {
     "max_value_bytes": "--max-value-bytes",
     "max_flow_state_bytes": "--max-flow-state-bytes",
     "dispatch_wait_s": "--dispatch-wait-s",
+    "worker_reconnect_grace_s": "--worker-reconnect-grace-s",
     "log_level": "--log-level",
     "pool_size": "--pool-size",
     "server_lease_s": "--server-lease-s",

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
@@ -60,6 +61,12 @@ class AsyncWorker:
     the server rejects its credentials or registration). Sync handlers run in threads,
     async handlers on this loop: they must not block it.
 
+    A dropped connection does not stop running handlers: their heartbeats, Stream writes
+    and results wait, and the Worker asks the server to resume those tasks when it
+    reconnects (within the server's ``worker_reconnect_grace_s``, default 5 s, on the same
+    server). Tasks the server no longer holds for it are cancelled then, and all of them
+    are if no reconnect succeeds within that grace period.
+
     Start a Worker once; it is not reusable after ``stop()``.
 
     """
@@ -78,6 +85,8 @@ class AsyncWorker:
         self.reserved_rpc_tasks = pull.resolved_reserved_rpc_tasks(self._default_slots())
         self.max_step_tasks = self.max_tasks - self.reserved_rpc_tasks
         self.app_worker_id = pull.resolved_app_worker_id()
+        # this process's identity across reconnects: the server resumes its tasks by it
+        self.instance_id = uuid.uuid4().hex
         self.stats = WorkerStats()
         self._flow_specs = list(registry.flow_specs())
         self.flow_types = frozenset(spec.flow_type for spec in self._flow_specs)
@@ -85,7 +94,7 @@ class AsyncWorker:
         self._started = False
         self._stop_event: asyncio.Event | None = None
         self._registered: asyncio.Event | None = None
-        self._session: Session | None = None
+        self._session = Session(self)
         self._drain_timeout: float | None = None
         self._http: HttpTransport | None = None
         self._blobs: BlobResolver | None = None
@@ -116,6 +125,7 @@ class AsyncWorker:
         try:
             await self._connect_loop()
         finally:
+            self._session.abandon()  # stopped while disconnected: nothing can be delivered
             await self._http.aclose()
             # handlers still running after the drain were cancelled: do not wait for them
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -149,7 +159,7 @@ class AsyncWorker:
 
     def is_registered(self) -> bool:
         """Whether the Worker currently has a registered session."""
-        return self._session is not None
+        return self._session.connected
 
     async def run(self) -> None:
         """``start()`` with SIGTERM/SIGINT mapped to a graceful ``stop()``.
@@ -189,14 +199,20 @@ class AsyncWorker:
         """
         return await invoke(self.registry, task, io, executor=self._threads)
 
-    def register_frame(self) -> Register:
-        """Return the ``Register`` frame a session sends first: ID, Flow specs, task slots."""
+    def register_frame(self, resume_task_ids: list[str] | None = None) -> Register:
+        """Return the ``Register`` frame a connection sends first.
+
+        It carries the Worker's IDs, Flow specs and task slots, and ``resume_task_ids``:
+        the tasks of an earlier connection the Worker still runs or holds a result of.
+        """
         return Register(
             app_worker_id=self.app_worker_id,
             flows=self._flow_specs,
             max_concurrent_tasks=self.max_tasks,
             reserved_rpc_tasks=self.reserved_rpc_tasks,
             sdk_version=_sdk_version(),
+            worker_instance_id=self.instance_id,
+            resume_task_ids=resume_task_ids or [],
         )
 
     # ------------------------------------------------------------------ internals
@@ -229,23 +245,19 @@ class AsyncWorker:
                     compression=None,
                     open_timeout=_REGISTER_TIMEOUT_S,
                 ) as ws:
-                    session = Session(self, ws)
-                    await session.register(_REGISTER_TIMEOUT_S)
+                    session = self._session
+                    await session.register(ws, _REGISTER_TIMEOUT_S)
                     self.stats.connections += 1
                     backoff = _BACKOFF_MIN_S
-                    self._session = session
                     registered.set()
                     log.info("registered as %s at %s", self.app_worker_id, url)
                     await self._serve_until_stop(session, stop_event)
-                    self._session = None
                     delay = _BACKOFF_MIN_S
             except RegistrationRejectedError as exc:
-                self._session = None
                 permanent = exc.code in _PERMANENT_CODES
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
                 log.error("server rejected the Worker registration (%s); retry in %ss", exc, delay)
             except InvalidStatus as exc:
-                self._session = None
                 status = exc.response.status_code
                 permanent = status in (401, 403)
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
@@ -253,7 +265,6 @@ class AsyncWorker:
                     "server refused the Worker connection (HTTP %s); retry in %ss", status, delay
                 )
             except (OSError, TimeoutError, InvalidHandshake, WebSocketException) as exc:
-                self._session = None
                 log.warning("Worker connection failed (%s); retry in %.1fs", exc, delay)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
             if not self.stopping:

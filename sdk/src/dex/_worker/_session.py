@@ -1,8 +1,15 @@
-"""One registered WebSocket session of a Worker: receives tasks, runs them, sends frames.
+"""The Worker's session with the server: receives tasks, runs them, sends frames.
 
-All frames leave through one writer task in the order they were queued, so a task's
-heartbeats and Stream writes always reach the server before its result. Handlers run as
-asyncio tasks on the Worker's loop (``invoke`` moves sync handlers to threads itself).
+One ``Session`` lives as long as its Worker and serves one WebSocket at a time. All frames
+leave through one writer task in the order they were queued, so a task's heartbeats and
+Stream writes always reach the server before its result. Handlers run as asyncio tasks on
+the Worker's loop (``invoke`` moves sync handlers to threads itself).
+
+When the connection drops, running handlers go on: their frames are buffered, durable
+heartbeats and state reads wait. The next registration lists them (``resume_task_ids``);
+the tasks the server resumes get their buffered frames on the new connection, the others
+are cancelled. Without a new registration within twice the server's grace period they
+are cancelled too (the server no longer holds them).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from dex._protocol import (
+    MAX_RESUME_TASK_IDS,
     CancelTask,
     ErrorCode,
     ErrorInfo,
@@ -48,6 +56,10 @@ log = logging.getLogger("dex.worker")
 # A handler still running this long after its deadline is cancelled by the Worker; the
 # server has already timed the attempt out by then.
 _DEADLINE_GRACE_S = 1.0
+# A result written this recently when the connection closed may not have reached the
+# server: the next registration offers it again (at most max_tasks of them, and this much).
+_RESULT_RESEND_WINDOW_S = 10.0
+_RESULT_RESEND_MAX_BYTES = 32 * 1024 * 1024
 # The largest frame a server that does not announce its limit accepts (its default).
 _DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
@@ -78,10 +90,10 @@ class _TaskIO:
         )
         data = self._session.encode_within_limit(frame, "heartbeat")
         if not durable:
-            self._session.send_encoded(data)
+            self._session.send_encoded(data, self.task_id)
             return
-        ack = self._session.expect_ack(self.task_id, self._seq)
-        self._session.send_encoded(data)
+        ack = self._session.expect_ack(self.task_id, self._seq, data)
+        self._session.send_encoded(data, self.task_id)
         await ack
 
     async def read_state(
@@ -107,85 +119,192 @@ class _TaskIO:
 
     def stream_write(self, stream: str, value: bytes) -> None:
         frame = StreamWrite(task_id=self.task_id, stream=stream, value=Raw(value))
-        self._session.send_encoded(self._session.encode_within_limit(frame, "Stream write"))
+        data = self._session.encode_within_limit(frame, "Stream write")
+        self._session.send_encoded(data, self.task_id)
 
     def is_cancelled(self) -> bool:
         return self.cancelled
 
 
 class Session:
-    def __init__(self, worker: AsyncWorker, ws: ClientConnection) -> None:
+    """The Worker's tasks and outgoing frames, served over one WebSocket at a time."""
+
+    def __init__(self, worker: AsyncWorker) -> None:
         self._worker = worker
-        self._ws = ws
-        self._out: deque[bytes] = deque()
+        self._ws: ClientConnection | None = None
+        # (task ID, frame, is a result); kept across a disconnect for the tasks resumed
+        self._out: deque[tuple[str, bytes, bool]] = deque()
         self._out_ready = asyncio.Event()
         self._flushed = asyncio.Event()
         self._flushed.set()
-        self._acks: dict[tuple[str, int], asyncio.Future[None]] = {}
-        self._reads: dict[int, asyncio.Future[StateValues]] = {}
+        # requests waiting for an answer, with their frame: sent again after a resume
+        self._acks: dict[tuple[str, int], tuple[asyncio.Future[None], bytes]] = {}
+        self._reads: dict[int, tuple[asyncio.Future[StateValues], str, bytes]] = {}
         self._read_ids = 0
         self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
         self._steps_running = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._closed = False
+        # results written lately: one may not have reached the server when the connection
+        # closed, so the next registration offers them again (task ID -> (when, frame))
+        self._sent_results: dict[str, tuple[float, bytes]] = {}
+        self._sent_bytes = 0
+        self._connections = 0
+        self._grace_s = 0.0
         self._max_frame = _DEFAULT_MAX_FRAME_BYTES
+
+    @property
+    def connected(self) -> bool:
+        """Whether a registered connection serves the session now."""
+        return self._ws is not None
 
     # ------------------------------------------------------------------ registration
 
-    async def register(self, timeout: float) -> Registered:
-        """Send ``Register`` and wait for the answer.
+    async def register(self, ws: ClientConnection, timeout: float) -> Registered:
+        """Send ``Register`` on ``ws``, wait for the answer, and serve on ``ws`` from now.
 
         Raises:
             RegistrationRejectedError: the server refused this Worker.
 
         """
-        await self._ws.send(encoder.encode(self._worker.register_frame()), text=True)
+        frame = self._worker.register_frame(self._resume_task_ids())
+        await ws.send(encoder.encode(frame), text=True)
         async with asyncio.timeout(timeout):
             while True:
-                frame = server_frame_decoder.decode(await self._ws.recv())
-                if isinstance(frame, Registered):
-                    if frame.max_frame_bytes > 0:
-                        self._max_frame = frame.max_frame_bytes
-                    return frame
-                if isinstance(frame, RegisterRejected):
-                    raise RegistrationRejectedError(frame.code, frame.message)
-                log.warning("ignoring %s frame before registration", type(frame).__name__)
+                answer = server_frame_decoder.decode(await ws.recv())
+                if isinstance(answer, Registered):
+                    if answer.max_frame_bytes > 0:
+                        self._max_frame = answer.max_frame_bytes
+                    self._grace_s = max(0.0, answer.reconnect_grace_s)
+                    self._attach(ws, set(answer.resumed_task_ids))
+                    return answer
+                if isinstance(answer, RegisterRejected):
+                    raise RegistrationRejectedError(answer.code, answer.message)
+                log.warning("ignoring %s frame before registration", type(answer).__name__)
+
+    def _resume_task_ids(self) -> list[str]:
+        # running tasks first: past the limit, a result not offered again only risks its
+        # attempt's retry (as without resuming)
+        ids = dict.fromkeys(self._tasks)
+        ids.update((task_id, None) for task_id, _, is_result in self._out if is_result)
+        ids.update(dict.fromkeys(self._sent_results))
+        return list(ids)[:MAX_RESUME_TASK_IDS]
+
+    def _attach(self, ws: ClientConnection, resumed: set[str]) -> None:
+        """Serve on ``ws``: keep the frames of the ``resumed`` tasks, stop the others."""
+        for task_id in list(self._tasks):
+            if task_id not in resumed:
+                log.info("task %s was not resumed by the server: cancelling it", task_id)
+                self._cancel(task_id)
+        delivered = self._keep_frames(resumed)
+        self._repeat_requests(resumed)
+        for task_id in resumed - delivered - self._tasks.keys():
+            # resumed, but it stopped meanwhile (its grace ran out here): fail the attempt
+            error = ErrorInfo(
+                error_type="WORKER_CONNECTION_LOST",
+                message="the Worker stopped the task while its connection was down",
+            )
+            data = encoder.encode(ResultFrame(result=TaskResult(task_id=task_id, error=error)))
+            self._out.append((task_id, data, True))
+        self._ws = ws
+        self._connections += 1
+        if self._out:
+            self._flushed.clear()
+            self._out_ready.set()
+
+    def _keep_frames(self, resumed: set[str]) -> set[str]:
+        """Queue the resumed tasks' results written lately, then their waiting frames.
+
+        Returns the tasks whose result is queued.
+        """
+        old, self._out = self._out, deque()
+        delivered: set[str] = set()
+        for task_id, (_, data) in self._sent_results.items():
+            if task_id in resumed:
+                self._out.append((task_id, data, True))
+                delivered.add(task_id)
+        self._sent_results.clear()
+        self._sent_bytes = 0
+        for item in old:
+            if item[0] in resumed:
+                self._out.append(item)
+                if item[2]:
+                    delivered.add(item[0])
+        return delivered
+
+    def _repeat_requests(self, resumed: set[str]) -> None:
+        """Send unanswered durable heartbeats and reads of resumed tasks again; fail the rest."""
+        queued = {id(item[1]) for item in self._out}  # not sent yet: no need to repeat
+        for key, (ack, data) in list(self._acks.items()):
+            if key[0] not in resumed:
+                del self._acks[key]
+                _lost(ack)
+            elif id(data) not in queued:
+                self._out.append((key[0], data, False))
+        for request_id, (read, task_id, data) in list(self._reads.items()):
+            if task_id not in resumed:
+                del self._reads[request_id]
+                _lost(read)
+            elif id(data) not in queued:
+                self._out.append((task_id, data, False))
 
     # ------------------------------------------------------------------ main loop
 
     async def serve(self) -> None:
-        """Run until the connection closes; then cancel every task still running."""
-        writer = asyncio.create_task(self._write_loop(), name="dex-worker-writer")
+        """Run until the connection closes; running tasks then wait for a reconnect."""
+        ws = self._ws
+        assert ws is not None
+        writer = asyncio.create_task(self._write_loop(ws), name="dex-worker-writer")
         try:
-            async for message in self._ws:
+            async for message in ws:
                 self._on_frame(message)
         except ConnectionClosed:
             pass
         finally:
-            self._closed = True
-            self._abandon_all()
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
+            self._detach()
+
+    def _detach(self) -> None:
+        self._ws = None
+        self._flushed.set()
+        if self._grace_s <= 0 or self._worker.stopping:
+            self.abandon()
+        elif self._tasks or self._out or self._sent_results:
+            # the server's grace period starts when it sees the close, which may be later
+            # than here: keep the tasks twice as long (a late resume is refused, no harm)
+            connection = self._connections
+            asyncio.get_running_loop().call_later(2 * self._grace_s, self._expire, connection)
+
+    def _expire(self, connection: int) -> None:
+        """No new registration within the server's grace period: stop everything."""
+        if self._ws is None and self._connections == connection:
+            if self._tasks:
+                log.warning(
+                    "cancelling %d task(s): no reconnect within %.1fs",
+                    len(self._tasks),
+                    self._grace_s,
+                )
+            self.abandon()
 
     def _on_frame(self, message: str | bytes) -> None:
         frame = server_frame_decoder.decode(message)
         if isinstance(frame, TaskFrame):
             self._on_task(frame.task)
         elif isinstance(frame, HeartbeatAck):
-            ack = self._acks.pop((frame.task_id, frame.seq), None)
-            if ack is not None and not ack.done():
+            entry = self._acks.pop((frame.task_id, frame.seq), None)
+            if entry is not None and not entry[0].done():
                 if frame.error_code is None:
-                    ack.set_result(None)
+                    entry[0].set_result(None)
                 else:  # the start was not recorded: the handler sees why
-                    ack.set_exception(
+                    entry[0].set_exception(
                         error_from_code(frame.error_code, frame.error or "start not recorded")
                     )
         elif isinstance(frame, StateValues):
             read = self._reads.pop(frame.request_id, None)
-            if read is not None and not read.done():
-                read.set_result(frame)
+            if read is not None and not read[0].done():
+                read[0].set_result(frame)
         elif isinstance(frame, CancelTask):
             self._cancel(frame.task_id)
         else:
@@ -205,7 +324,7 @@ class Session:
             reason = "no_capacity"
         if reason is not None:
             worker.stats.tasks_rejected += 1
-            self.send(Reject(task_id=task.task_id, reason=reason))
+            self.send(Reject(task_id=task.task_id, reason=reason), task.task_id)
             return
         io = _TaskIO(self, task.task_id)
         if task.kind != "rpc":
@@ -246,7 +365,7 @@ class Session:
             worker.stats.tasks_cancelled += 1
             return
         worker.stats.tasks_completed += 1
-        self.send_encoded(self._result_frame(result))
+        self.send_encoded(self._result_frame(result), task.task_id, result=True)
 
     def _result_frame(self, result: TaskResult) -> bytes:
         """The encoded result, or a ``LIMIT_EXCEEDED`` error result when it is too large.
@@ -273,32 +392,32 @@ class Session:
         io.cancelled = True
         handle.cancel()
 
-    def _abandon_all(self) -> None:
-        for ack in self._acks.values():
-            if not ack.done():
-                ack.set_exception(SessionLostError("connection to the Dex server lost"))
-                ack.exception()
+    def abandon(self) -> None:
+        """Cancel every running task and drop every frame not sent yet."""
+        for ack, _ in self._acks.values():
+            _lost(ack)
         self._acks.clear()
-        for read in self._reads.values():
-            if not read.done():
-                read.set_exception(SessionLostError("connection to the Dex server lost"))
-                read.exception()
+        for read, _, _ in self._reads.values():
+            _lost(read)
         self._reads.clear()
         for task_id in list(self._tasks):
             self._cancel(task_id)
+        self._out.clear()
+        self._sent_results.clear()
+        self._sent_bytes = 0
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, frame: Any) -> None:
-        """Queue a frame; it is sent after every frame queued before it. Never blocks."""
-        self.send_encoded(encoder.encode(frame))
+    def send(self, frame: Any, task_id: str) -> None:
+        """Queue a frame of ``task_id``; it is sent after every frame queued before it."""
+        self.send_encoded(encoder.encode(frame), task_id)
 
-    def send_encoded(self, data: bytes) -> None:
-        if self._closed:
-            return
-        self._out.append(data)
-        self._flushed.clear()
-        self._out_ready.set()
+    def send_encoded(self, data: bytes, task_id: str, *, result: bool = False) -> None:
+        """Queue an encoded frame; while disconnected it waits for the task's resume."""
+        self._out.append((task_id, data, result))
+        if self._ws is not None:
+            self._flushed.clear()
+            self._out_ready.set()
 
     def encode_within_limit(self, frame: Any, what: str) -> bytes:
         """Encode ``frame`` for a handler's call.
@@ -316,32 +435,30 @@ class Session:
             )
         return data
 
-    def expect_ack(self, task_id: str, seq: int) -> asyncio.Future[None]:
+    def expect_ack(self, task_id: str, seq: int, data: bytes) -> asyncio.Future[None]:
+        """A future for the answer to the durable heartbeat ``data`` (sent by the caller)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._closed:
-            fut.set_exception(SessionLostError("connection to the Dex server lost"))
-        else:
-            self._acks[(task_id, seq)] = fut
+        self._acks[(task_id, seq)] = (fut, data)
         return fut
 
     async def read_state(self, request: ReadState) -> StateValues:
         """Send ``request`` (with a fresh request ID) and return the server's answer.
 
-        Blob references in the answer are resolved into ``values``.
+        Blob references in the answer are resolved into ``values``. A read pending when
+        the connection drops is sent again after the task's resume.
 
         Raises:
-            SessionLostError: the connection closed before the answer.
+            SessionLostError: the task was not resumed after the connection closed.
             DexServiceError: the server refused the read.
 
         """
-        if self._closed:
-            raise SessionLostError("connection to the Dex server lost")
         self._read_ids += 1
         request.request_id = self._read_ids
         fut: asyncio.Future[StateValues] = asyncio.get_running_loop().create_future()
-        self._reads[request.request_id] = fut
+        data = encoder.encode(request)
+        self._reads[request.request_id] = (fut, request.task_id, data)
         try:
-            self.send(request)
+            self.send_encoded(data, request.task_id)
             answer = await fut
         finally:
             self._reads.pop(request.request_id, None)
@@ -355,19 +472,44 @@ class Session:
             answer.blob_refs = {}
         return answer
 
-    async def _write_loop(self) -> None:
-        out = self._out
+    async def _write_loop(self, ws: ClientConnection) -> None:
         while True:
             await self._out_ready.wait()
             self._out_ready.clear()
-            while out:
-                data = out.popleft()
+            while self._out:
+                item = self._out.popleft()
+                if item[2]:
+                    self._remember_result(item[0], item[1])
                 try:
-                    await self._ws.send(data, text=True)
-                except ConnectionClosed:
-                    self._flushed.set()
+                    await ws.send(item[1], text=True)
+                except ConnectionClosed:  # not sent: it waits for the next connection
+                    self._out.appendleft(item)
+                    if item[2]:
+                        self._forget_result(item[0])
                     return
             self._flushed.set()
+
+    def _remember_result(self, task_id: str, data: bytes) -> None:
+        results = self._sent_results
+        results[task_id] = (time.monotonic(), data)
+        self._sent_bytes += len(data)
+        horizon = time.monotonic() - _RESULT_RESEND_WINDOW_S
+        while results:
+            oldest = next(iter(results))
+            at, old = results[oldest]
+            if (
+                at >= horizon
+                and len(results) <= self._worker.max_tasks
+                and self._sent_bytes <= _RESULT_RESEND_MAX_BYTES
+            ):
+                break
+            del results[oldest]
+            self._sent_bytes -= len(old)
+
+    def _forget_result(self, task_id: str) -> None:
+        entry = self._sent_results.pop(task_id, None)
+        if entry is not None:
+            self._sent_bytes -= len(entry[1])
 
     # ------------------------------------------------------------------ stopping
 
@@ -386,11 +528,19 @@ class Session:
         with contextlib.suppress(TimeoutError):  # let queued results reach the server
             async with asyncio.timeout(5.0):
                 await self._flushed.wait()
-        await self._ws.close()
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
 
     @property
     def running(self) -> int:
         return len(self._tasks)
+
+
+def _lost(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(SessionLostError("connection to the Dex server lost"))
+        fut.exception()
 
 
 class RegistrationRejectedError(Exception):

@@ -10,7 +10,9 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from dex._protocol import (
+    MAX_RESUME_TASK_IDS,
     PROTOCOL_VERSION,
+    CancelTask,
     ErrorCode,
     ErrorInfo,
     Heartbeat,
@@ -35,6 +37,8 @@ from dex_server.service._common import ServiceError
 from dex_server.service._reads import read_state
 
 log = logging.getLogger("dex_server.worker")
+
+_MAX_INSTANCE_ID = 200
 
 
 def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
@@ -65,6 +69,22 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                 "need max_concurrent_tasks >= 1 and 0 <= reserved_rpc_tasks < max_concurrent_tasks",
             )
             return
+        if len(first.worker_instance_id) > _MAX_INSTANCE_ID:
+            await _reject(
+                ws,
+                "BAD_REQUEST",
+                f"worker_instance_id is {len(first.worker_instance_id)} characters, over the"
+                f" limit of {_MAX_INSTANCE_ID}",
+            )
+            return
+        if len(first.resume_task_ids) > MAX_RESUME_TASK_IDS:
+            await _reject(
+                ws,
+                "BAD_REQUEST",
+                f"resume_task_ids lists {len(first.resume_task_ids)} tasks, over the limit"
+                f" of {MAX_RESUME_TASK_IDS}",
+            )
+            return
         try:
             await runtime.register_specs(first.flows)
         except Exception as exc:  # the store is away or refused: the Worker tries again later
@@ -76,25 +96,39 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             {f.flow_type for f in first.flows},
             first.max_concurrent_tasks,
             first.reserved_rpc_tasks,
+            first.worker_instance_id,
         )
-        await ws.send_text(
-            encoder.encode(
-                Registered(
-                    server_version="0.1.0",
-                    blob_threshold_bytes=runtime.config.blob_threshold_bytes,
-                    max_frame_bytes=runtime.config.max_worker_frame_bytes,
-                )
-            ).decode()
-        )
-        sender = asyncio.create_task(_send_loop(ws, conn))
-        runtime.worker_registered(conn, first.flows)
+        sender: asyncio.Task[None] | None = None
         try:
+            # before Registered: the Worker learns which of its tasks are still its own
+            resumed = runtime.dispatcher.resume(conn, first.resume_task_ids)
+            await ws.send_text(
+                encoder.encode(
+                    Registered(
+                        server_version="0.1.0",
+                        blob_threshold_bytes=runtime.config.blob_threshold_bytes,
+                        max_frame_bytes=runtime.config.max_worker_frame_bytes,
+                        resumed_task_ids=resumed,
+                        reconnect_grace_s=runtime.dispatcher.reconnect_grace_s,
+                    )
+                ).decode()
+            )
+            if resumed:
+                log.info("worker %s resumed %d task(s)", conn.app_worker_id, len(resumed))
+            # the rest are not this Worker's any more (ended, timed out, cancelled, elsewhere)
+            for task_id in set(first.resume_task_ids).difference(resumed):
+                conn.send(CancelTask(task_id=task_id, reason="not held for this Worker"))
+            sender = asyncio.create_task(_send_loop(ws, conn))
+            runtime.worker_registered(conn, first.flows)
             await _receive_loop(ws, conn, runtime)
+        except WebSocketDisconnect:
+            pass
         finally:
             runtime.dispatcher.unregister(conn)
             conn.outbox.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await sender
+            if sender is not None:
+                with contextlib.suppress(Exception):
+                    await sender
 
     return endpoint
 

@@ -44,11 +44,23 @@ class Dispatcher:
     A queued RPC waits up to its own timeout. Every requeue (Worker lost, task rejected)
     restarts the wait. A Worker that rejected a task is offered it again once it ended
     another task, or after ``_REJECT_BACKOFF_S``.
+
+    A Worker connection that closes keeps its tasks for ``reconnect_grace_s`` (see
+    :meth:`unregister`): the same Worker process may reconnect and resume them
+    (:meth:`resume`). Held tasks keep their slots' locks, timers and heartbeat timeouts;
+    no other Worker gets them meanwhile.
     """
 
-    def __init__(self, host: DispatchHost, schedule_to_start_s: float | None = None) -> None:
+    def __init__(
+        self,
+        host: DispatchHost,
+        schedule_to_start_s: float | None = None,
+        reconnect_grace_s: float = 0.0,
+    ) -> None:
         self.host = host
         self.schedule_to_start_s = schedule_to_start_s
+        self.reconnect_grace_s = reconnect_grace_s
+        self.held: dict[int, WorkerConn] = {}  # closed connections whose tasks wait for resume
         self.retry_rejected: dict[str, float] = {}  # Flow type → when to offer rejected tasks
         self.queues: dict[str, deque[Envelope]] = {}
         self.conns: dict[int, WorkerConn] = {}
@@ -199,10 +211,7 @@ class Dispatcher:
             last_frame_at=now,
         )
         self.inflight[task_id] = inflight
-        conn.tasks[task_id] = inflight
-        conn.total += 1
-        if env.kind != "rpc":
-            conn.steps += 1
+        _take_slot(conn, inflight, 1)
         if env.key is not None:
             self.running[env.key] = task_id
         conn.send(TaskFrame(task=env.task))
@@ -210,10 +219,9 @@ class Dispatcher:
     def _release_slot(self, inflight: InFlight) -> None:
         self.inflight.pop(inflight.task_id, None)
         conn = inflight.conn
-        if conn.tasks.pop(inflight.task_id, None) is not None:
-            conn.total -= 1
-            if inflight.env.kind != "rpc":
-                conn.steps -= 1
+        _take_slot(conn, inflight, -1)
+        if not conn.tasks:
+            self.held.pop(conn.id, None)  # nothing left to resume
         key = inflight.env.key
         if key is not None and self.running.get(key) == inflight.task_id:
             del self.running[key]
@@ -311,10 +319,61 @@ class Dispatcher:
         for ft in conn.flow_types:
             self.pump(ft)
 
-    def unregister(self, conn: WorkerConn) -> None:
-        """Handle a Worker that went away: redeliver tasks it sent nothing for, fail the others."""
+    def resume(self, conn: WorkerConn, task_ids: list[str]) -> list[str]:
+        """Move the listed tasks of ``conn``'s Worker process to ``conn``; return them.
+
+        A task moves when it is still in flight on an earlier connection of the same
+        ``instance_id`` (held after a disconnect, or on a connection whose close the server
+        has not seen yet) and ``conn`` serves its Flow type; its attempt, deadline and
+        heartbeat timer continue. The earlier connections are done: their tasks the Worker
+        did not list (it no longer runs them) are handled as lost at once.
+        """
+        if not conn.instance_id:
+            return []
+        resumed: list[str] = []
+        for task_id in dict.fromkeys(task_ids):
+            inflight = self.inflight.get(task_id)
+            if inflight is None:
+                continue
+            old = inflight.conn
+            if old is conn or old.instance_id != conn.instance_id:
+                continue
+            if inflight.env.flow_type not in conn.flow_types or inflight.env.cancelled:
+                continue
+            _take_slot(old, inflight, -1)
+            inflight.conn = conn
+            _take_slot(conn, inflight, 1)
+            resumed.append(task_id)
+        earlier = [
+            c
+            for c in (*self.conns.values(), *self.held.values())
+            if c.instance_id == conn.instance_id and c is not conn
+        ]
+        for old in earlier:
+            self.unregister(old, hold=False)
+        return resumed
+
+    def unregister(self, conn: WorkerConn, *, hold: bool = True) -> None:
+        """Handle a Worker connection that went away (again: nothing happens).
+
+        With ``hold``, a grace period and a Worker that can resume, its tasks stay held
+        until :meth:`check` sees the period end; otherwise they are handled as lost now
+        (``hold=False`` also ends a held connection's grace period).
+        """
+        if conn.closed and (hold or conn.id not in self.held):
+            return
         conn.closed = True
         self.conns.pop(conn.id, None)
+        if hold and conn.instance_id and conn.tasks and self.reconnect_grace_s > 0:
+            conn.held_until = time.monotonic() + self.reconnect_grace_s
+            self.held[conn.id] = conn
+            return
+        self.held.pop(conn.id, None)
+        conn.held_until = None
+        self._lost(conn)
+
+    def _lost(self, conn: WorkerConn) -> None:
+        """Redeliver the tasks ``conn`` sent nothing for, fail the others."""
         for inflight in list(conn.tasks.values()):
             self._release_slot(inflight)
             env = inflight.env
@@ -340,7 +399,13 @@ class Dispatcher:
     # ------------------------------------------------------------------ leases
 
     def check(self) -> None:
-        """Fail attempts past their timeouts and queued tasks past their wait for a Worker."""
+        """Fail attempts past their timeouts and queued tasks past their wait for a Worker.
+
+        Also ends the grace period of closed connections no Worker resumed in time.
+        """
+        mono = time.monotonic()
+        for conn in [c for c in self.held.values() if (c.held_until or 0.0) <= mono]:
+            self.unregister(conn, hold=False)
         now = time.time()
         for inflight in list(self.inflight.values()):
             kind = expired(
@@ -365,7 +430,6 @@ class Dispatcher:
                     message=f"{env.kind} {kind} timeout after {now - inflight.dispatched_at:.3f}s",
                 ),
             )
-        mono = time.monotonic()
         for flow_type, q in self.queues.items():
             for env in [e for e in q if self._overdue(e, mono)]:
                 q.remove(env)
@@ -404,6 +468,17 @@ class Dispatcher:
 
 
 _background: set[asyncio.Future[None]] = set()
+
+
+def _take_slot(conn: WorkerConn, inflight: InFlight, delta: int) -> None:
+    """Put ``inflight`` on ``conn`` (delta 1) or take it off (-1, if it is there)."""
+    if delta > 0:
+        conn.tasks[inflight.task_id] = inflight
+    elif conn.tasks.pop(inflight.task_id, None) is None:
+        return
+    conn.total += delta
+    if inflight.env.kind != "rpc":
+        conn.steps += delta
 
 
 class _LostError(Exception):

@@ -77,10 +77,17 @@ class WorkerConn:
     """One Worker WebSocket: its Flow types, slots and tasks."""
 
     def __init__(
-        self, app_worker_id: str, flow_types: set[str], max_tasks: int, reserved_rpc: int
+        self,
+        app_worker_id: str,
+        flow_types: set[str],
+        max_tasks: int,
+        reserved_rpc: int,
+        instance_id: str = "",
     ) -> None:
         self.id = next(_ids)
         self.app_worker_id = app_worker_id
+        self.instance_id = instance_id
+        """The Worker process's ``worker_instance_id`` ("": it cannot resume tasks)."""
         self.flow_types = flow_types
         self.max_tasks = max(1, max_tasks)
         self.step_max = max(0, self.max_tasks - max(0, reserved_rpc))
@@ -89,6 +96,8 @@ class WorkerConn:
         self.tasks: dict[str, InFlight] = {}
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.closed = False
+        self.held_until: float | None = None
+        """Closed, its tasks held for a reconnect until this ``time.monotonic()``."""
         self.freed_at = 0.0
         """``time.monotonic()`` when a task of this Worker last ended with a result."""
 

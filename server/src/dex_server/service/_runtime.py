@@ -86,7 +86,7 @@ class Runtime:
             max_request_bytes=config.max_request_bytes,
             retention_s=config.retention_s,
         )
-        self.dispatcher = Dispatcher(self, config.dispatch_wait_s)
+        self.dispatcher = Dispatcher(self, config.dispatch_wait_s, config.worker_reconnect_grace_s)
         # with several servers a Stream's readers and writers may be on different ones
         self.streams: StreamHub | StoreStreams = (
             StoreStreams(self.store) if self.store.shared else StreamHub()
