@@ -29,7 +29,8 @@ NOTES = Stream("notes", str)
 
 
 class Work(Step[str]):
-    """Heartbeats (the server saw a frame), parks at a gate on attempt 1, writes its
+    """Heartbeats durably (the server has seen a frame before a test cuts the connection;
+    a plain heartbeat may still be on its way), parks at a gate on attempt 1, writes its
     attempt to the ``notes`` Stream, then records a durable heartbeat before it ends (not
     for an input starting with ``quick-``)."""
 
@@ -37,7 +38,7 @@ class Work(Step[str]):
         context = async_context(ctx)
         append_log(input, f"work {context.attempt} start")
         try:
-            await context.heartbeat("alive")
+            await context.heartbeat("alive", durable=True)
             if context.attempt == 1:
                 await FileGate.from_env(f"{input}-work").async_pass_through()
             NOTES.write(context, f"attempt {context.attempt}")
