@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from dex import FlowStatus
+from dex_server.testing import TcpProxy
 
 from tests.e2e_flows import crash_flows, reconnect_flows
 from tests.e2e_flows.common import read_log
@@ -27,7 +28,6 @@ from tests.e2e_flows.harness import (
     unique_id,
 )
 from tests.support import FileGate, WorkerProcess, async_wait_until
-from tests.support.tcpproxy import TcpProxy
 
 # a blip: the connection is down this long (the fault itself, not a wait for a result)
 _BLIP_S = 1.0

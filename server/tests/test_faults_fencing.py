@@ -21,11 +21,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from dex import FlowStatus, ServiceUnavailableError
-from dex_server.testing import RunningServer
+from dex_server.testing import RunningServer, TcpProxy
 
 from tests._mn_flows import GUARDED, HOLD, PACE, SOLO, STRIDES
 from tests._pg import db_url, never, until
-from tests._tcpproxy import TcpProxy
 from tests.test_multinode_pg import (
     Worker,
     client,
