@@ -9,6 +9,7 @@ The tree::
     ├── AttributeMapNotLoadedError   reading a map instance the method did not load
     ├── InvalidMapKeyError           a map instance key is not a non-empty string (a ValueError)
     ├── ChannelMessagesNotLoadedError
+    ├── FeatureNotAvailableError     a named part of the Dex model this release does not run yet
     └── DexServiceError              the server answered with an error (has .code)
         ├── FlowAlreadyStartedError
         ├── FlowNotFoundError
@@ -31,6 +32,8 @@ next to the code that raises them.
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 from dex._protocol import ErrorCode
 
@@ -184,3 +187,21 @@ def error_from_code(
     """Build the exception class that matches a server error code."""
     cls = _BY_CODE.get(code, DexServiceError)
     return cls(message, code=code, detail=detail, flow_id=flow_id, retryable=retryable)
+
+
+class FeatureNotAvailableError(DexError, NotImplementedError):
+    """A part of the Dex model that this release accepts by name but does not run yet.
+
+    The names and option shapes exist so that code written for the full model imports and
+    type-checks; calling into such a feature raises this error at once, before anything is
+    sent to the server. ``feature`` names what was used (for example ``"SubFlows"``).
+    """
+
+    def __init__(self, feature: str) -> None:
+        super().__init__(f"{feature} is not available in this release of Dex for Python")
+        self.feature = feature
+
+
+def feature_not_available(feature: str) -> NoReturn:
+    """Raise :class:`FeatureNotAvailableError` for ``feature`` (a helper for SDK internals)."""
+    raise FeatureNotAvailableError(feature)
