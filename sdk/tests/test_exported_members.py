@@ -79,18 +79,29 @@ RUNTIME = {
     "FlowInfo",
 }
 
+STATE = {
+    "AsyncBufferedTextStream",
+    "AttributeIndex",
+    "AttributeLock",
+    "AttributeMapLoad",
+    "BufferedTextStream",
+    "ChannelMapLoad",
+    "IndexType",
+}
+
 
 def test_definition_exports_are_pinned() -> None:
     exported = set(dex.__all__)
     assert DEFINITIONS <= exported
     assert RUNTIME <= exported
+    assert STATE <= exported
     assert len(dex.__all__) == len(exported), "duplicate names in __all__"
 
 
 def test_every_export_exists_and_is_documented() -> None:
     for name in dex.__all__:
         assert hasattr(dex, name), name
-    for name in DEFINITIONS:
+    for name in DEFINITIONS | STATE:
         obj = getattr(dex, name)
         if callable(obj):
             assert obj.__doc__, f"dex.{name} has no docstring"

@@ -11,6 +11,7 @@ import pytest
 from dex import (
     AsyncContext,
     Attribute,
+    BufferedTextStream,
     Channel,
     ChannelMap,
     Context,
@@ -84,10 +85,11 @@ class Gen(Step[int]):
         yield heartbeat(input * 10)
         yield Log.write(context, "line")
         buf = Log.buffered_text(context, max_buffered_bytes=4)
-        assert buf.write("ab") is None
-        frame = buf.write("cd")
-        assert frame is not None
-        yield frame
+        assert isinstance(buf, BufferedTextStream)
+        assert buf.write("ab") == ()
+        frames = buf.write("cd")
+        assert len(frames) == 1
+        yield from frames
         buf.write("tail")  # flushed automatically before the result (4 bytes -> flush now)
         buf.write("z")
         return StepDecision.graceful_complete({"n": input})

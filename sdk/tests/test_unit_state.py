@@ -122,10 +122,10 @@ def test_start_options_and_maps_refuse_the_same_keys_with_one_error(key: Any) ->
 def test_attribute_map_whole_load_lists_sorted_keys() -> None:
     attrs = {"Docs/b": raw("1"), "Docs/a": raw("2"), "Name": raw("n")}
     ctx, inv = ctx_for(task(attributes=attrs, loaded_maps=["Docs"]))
-    assert Docs.get_all_instance_keys(ctx) == ["a", "b"]
+    assert Docs.get_all_instance_keys(ctx) == ("a", "b")
     Docs.set(ctx, "c/d", "3")
     Docs.delete(ctx, "a")
-    assert Docs.get_all_instance_keys(ctx) == ["b", "c/d"]
+    assert Docs.get_all_instance_keys(ctx) == ("b", "c/d")
     assert Docs.get_map_size(ctx) == 2
     assert Docs.get(ctx, "zzz") is None
     assert inv.writes == {"Docs/c%2Fd": b'"3"', "Docs/a": None}

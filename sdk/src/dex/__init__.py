@@ -184,3 +184,25 @@ __all__ += [
     "WorkerStats",
     "open_blob_cache",
 ]
+
+# --------------------------------------------------------------------------- state
+# Locks, load requests, indexes and buffered Stream writers of the state handles.
+from dex._state import (  # noqa: E402 - a block of its own, after __all__
+    AsyncBufferedTextStream,
+    AttributeIndex,
+    AttributeLock,
+    AttributeMapLoad,
+    BufferedTextStream,
+    ChannelMapLoad,
+    IndexType,
+)
+
+__all__ += [
+    "AsyncBufferedTextStream",
+    "AttributeIndex",
+    "AttributeLock",
+    "AttributeMapLoad",
+    "BufferedTextStream",
+    "ChannelMapLoad",
+    "IndexType",
+]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from dex._state import Attribute, AttributeMap, Channel, ChannelMap, Stream
+from dex._state import Attribute, AttributeMap, Channel, ChannelMap, PersistenceSchema, Stream
 from dex._step import Step
 from dex.errors import FlowDefinitionError
 
@@ -55,37 +54,6 @@ class StepList:
     def empty() -> StepList:
         """No Steps at all (an RPC-only Flow)."""
         return StepList(None, ())
-
-
-@dataclass(frozen=True, slots=True)
-class PersistenceSchema:
-    """Every Attribute, AttributeMap, Channel, ChannelMap and Stream a Flow uses.
-
-    Names are unique across all kinds, non-empty and without ``/``; handlers that touch an
-    undeclared name fail.
-    """
-
-    declarations: tuple[StateDeclaration, ...]
-
-    @staticmethod
-    def of(*declarations: StateDeclaration | Iterable[StateDeclaration]) -> PersistenceSchema:
-        """Build a schema; ``FlowDefinitionError`` on a duplicate or invalid name."""
-        flat: list[StateDeclaration] = []
-        for d in declarations:
-            if isinstance(d, Attribute | AttributeMap | Channel | ChannelMap | Stream):
-                flat.append(d)
-            elif isinstance(d, Iterable) and not isinstance(d, str | bytes):
-                flat.extend(d)
-            else:
-                raise FlowDefinitionError(f"not a state declaration: {d!r}")
-        seen: set[str] = set()
-        for d in flat:
-            if not isinstance(d, Attribute | AttributeMap | Channel | ChannelMap | Stream):
-                raise FlowDefinitionError(f"not a state declaration: {d!r}")
-            if d.name in seen:
-                raise FlowDefinitionError(f"state name {d.name!r} is declared twice")
-            seen.add(d.name)
-        return PersistenceSchema(tuple(flat))
 
 
 class Flow(Generic[T]):

@@ -1,8 +1,9 @@
-"""Shared pieces of the state handles: physical names, lock keys, load selections."""
+"""Shared pieces of the state handles: physical names, locks, load requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote
 
@@ -10,6 +11,9 @@ from dex.errors import FlowDefinitionError, InvalidMapKeyError
 
 if TYPE_CHECKING:
     from dex._context import Context, _Invocation
+    from dex._state.attribute import Attribute
+    from dex._state.attribute_map import AttributeMap
+    from dex._state.channel_map import ChannelMap
 
 StateKind = Literal["attribute", "attribute_map", "channel", "channel_map", "stream"]
 
@@ -52,26 +56,149 @@ def instance_key(physical: str) -> str:
     return unquote(physical.split("/", 1)[1])
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LockKey:
-    """A lock on an Attribute or on one AttributeMap instance (``attr.lock()``, ``amap.lock(k)``).
+@dataclass(frozen=True, slots=True)
+class AttributeLock:
+    """A lock on an Attribute, or on one AttributeMap instance.
 
-    Pass it in ``StepOptions(*_lock_attributes=...)`` or ``@rpc(lock_attributes=...)``.
+    Made by ``attr.lock()`` and ``amap.lock(instance)``; pass it in
+    ``StepOptions(*_lock_attributes=...)``, ``@rpc(lock_attributes=...)`` or
+    ``RPCInvokeOptions(lock_attribute_map_instances=...)``. It unpacks as
+    ``(attribute, instance)``. Equal locks compare and hash equal.
+
+    Args:
+        attribute: the Attribute or AttributeMap to lock.
+        instance: the map instance; None for an Attribute.
+
+    Raises:
+        FlowDefinitionError: when used, if an Attribute lock names an instance or an
+            AttributeMap lock names none (whole-map locks are not supported).
+
     """
 
-    name: str  # declared name
-    kind: Literal["attribute", "attribute_map"]
-    physical: str
+    attribute: Attribute[Any] | AttributeMap[Any]
+    instance: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The declared name of the locked Attribute or AttributeMap."""
+        return self.attribute.name
+
+    @property
+    def kind(self) -> Literal["attribute", "attribute_map"]:
+        """``"attribute"`` or ``"attribute_map"``."""
+        return "attribute" if self.attribute.kind == "attribute" else "attribute_map"
+
+    @property
+    def physical(self) -> str:
+        """The stored name that is locked (``"<map>/<quoted instance>"`` for a map)."""
+        if self.kind == "attribute":
+            if self.instance is not None:
+                raise FlowDefinitionError(
+                    f"a lock on Attribute {self.name!r} takes no instance, got {self.instance!r}"
+                )
+            return self.name
+        if self.instance is None:
+            raise FlowDefinitionError(
+                f"a lock on AttributeMap {self.name!r} needs an instance: {self.name}.lock(key)"
+            )
+        return instance_name(self.name, self.instance)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.attribute, self.instance))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+LockKey = AttributeLock
+"""Another name of :class:`AttributeLock`."""
+
+
 class InstanceLoad:
-    """A request to load one map instance (``amap.load(key)`` or ``channel_map.load(key)``)."""
+    """Base of the requests to load one map instance (AttributeMapLoad, ChannelMapLoad).
 
-    name: str  # declared map name
+    ``name`` is the declared map name, ``key`` the instance, ``physical`` (also
+    ``physical_name``) the stored name. A load unpacks as ``(map, instance)``.
+    """
+
+    __slots__ = ()
+
+    instance: str
     kind: Literal["attribute_map", "channel_map"]
-    key: str
-    physical: str
+
+    def _map(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def key(self) -> str:
+        """The instance key."""
+        return self.instance
+
+    @property
+    def name(self) -> str:
+        """The declared map name."""
+        name: str = self._map().name
+        return name
+
+    @property
+    def physical_name(self) -> str:
+        """The stored name of the instance: ``"<map name>/<url-quoted instance>"``."""
+        return instance_name(self.name, self.key)
+
+    @property
+    def physical(self) -> str:
+        """Same as :attr:`physical_name`."""
+        return self.physical_name
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self._map(), self.key))
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeMapLoad(InstanceLoad):
+    """A request to load one AttributeMap instance (``amap.load(instance)``).
+
+    Pass it in ``*_load_attribute_map_instances`` of StepOptions, ``@rpc`` or
+    ``RPCInvokeOptions``.
+
+    Raises:
+        InvalidMapKeyError: ``instance`` is not a non-empty string.
+
+    """
+
+    attribute_map: AttributeMap[Any]
+    instance: str
+    kind: Literal["attribute_map", "channel_map"] = field(
+        default="attribute_map", init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        check_map_key(self.attribute_map.name, self.instance)
+
+    def _map(self) -> Any:
+        return self.attribute_map
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMapLoad(InstanceLoad):
+    """A request to load the pending messages of one ChannelMap instance.
+
+    Made by ``channel_map.load_messages(instance)`` (or ``channel_map.load(instance)``);
+    pass it in ``*_load_channel_map_instances``.
+
+    Raises:
+        InvalidMapKeyError: ``instance`` is not a non-empty string.
+
+    """
+
+    channel_map: ChannelMap[Any]
+    instance: str
+    kind: Literal["attribute_map", "channel_map"] = field(
+        default="channel_map", init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        check_map_key(self.channel_map.name, self.instance)
+
+    def _map(self) -> Any:
+        return self.channel_map
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

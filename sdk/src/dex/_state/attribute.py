@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from dex._state._common import LockKey, check_name, invocation
+from dex._state._common import AttributeLock, check_name, invocation
+from dex._state._durable import AttributeIndex, check_durable_options
 
 if TYPE_CHECKING:
     from dex._context import Context
@@ -24,36 +25,62 @@ class Attribute(Generic[T]):
     Args:
         name: unique, non-empty, without ``/``.
         value_type: the declared type (needs a codec).
+        index: a search index over the value. Default None. Search is not available yet:
+            a schema declaring an index raises ``FeatureNotAvailableError``.
+        sync_to_attribute_store: project the latest value into the Attribute Store.
+            Default False; True is not available yet (``FeatureNotAvailableError`` from the
+            schema).
+        hard_delete_on_null: keep the value out of history, so that ``None`` or a delete
+            erases it (for secrets). Default False; True is not available yet
+            (``FeatureNotAvailableError`` from the schema). Only ``str`` and object types,
+            and neither index nor sync, may ask for it.
+
+    Raises:
+        FlowDefinitionError: an invalid name, or hard delete with an index or sync.
+        TypeError: an option of the wrong type, or hard delete of an int, float or bool.
 
     """
 
     kind = "attribute"
 
-    def __init__(self, name: str, value_type: type[T]) -> None:
+    def __init__(
+        self,
+        name: str,
+        value_type: type[T],
+        index: AttributeIndex | None = None,
+        sync_to_attribute_store: bool = False,
+        hard_delete_on_null: bool = False,
+    ) -> None:
         self.name = check_name(name, "Attribute")
         self.value_type: Any = value_type
+        check_durable_options(
+            "Attribute", name, value_type, index, sync_to_attribute_store, hard_delete_on_null
+        )
+        self.index = index
+        self.sync_to_attribute_store = sync_to_attribute_store
+        self.hard_delete_on_null = hard_delete_on_null
 
-    def get(self, ctx: Context) -> T | None:
+    def get(self, context: Context) -> T | None:
         """Return the value; None when unset (``0``/``0.0``/``False`` for int/float/bool)."""
-        inv = invocation(ctx, self, "attribute")
+        inv = invocation(context, self, "attribute")
         data = inv.read(self.name)
         if data is None:
             return _ZERO.get(self.value_type)  # type: ignore[return-value]
         value: T = inv.codec(self.value_type).decode(data)
         return value
 
-    def set(self, ctx: Context, value: T | None) -> None:
+    def set(self, context: Context, value: T | None) -> None:
         """Stage a new value (``None`` deletes). Raises ValueMappingError on a type mismatch."""
-        inv = invocation(ctx, self, "attribute")
+        inv = invocation(context, self, "attribute")
         inv.writes[self.name] = None if value is None else inv.codec(self.value_type).encode(value)
 
-    def delete(self, ctx: Context) -> None:
+    def delete(self, context: Context) -> None:
         """Stage the deletion of this Attribute."""
-        invocation(ctx, self, "attribute").writes[self.name] = None
+        invocation(context, self, "attribute").writes[self.name] = None
 
-    def lock(self) -> LockKey:
-        """Return a lock key for ``*_lock_attributes`` or ``@rpc(lock_attributes=...)``."""
-        return LockKey(name=self.name, kind="attribute", physical=self.name)
+    def lock(self) -> AttributeLock:
+        """Return a lock for ``*_lock_attributes`` or ``@rpc(lock_attributes=...)``."""
+        return AttributeLock(self)
 
     def __repr__(self) -> str:
         return f"Attribute({self.name!r})"

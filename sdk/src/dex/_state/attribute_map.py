@@ -6,14 +6,16 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from dex._state._common import (
-    InstanceLoad,
-    LockKey,
+    AttributeLock,
+    AttributeMapLoad,
+    check_map_key,
     check_name,
     instance_key,
     instance_name,
     invocation,
 )
 from dex._state._decoded import DECODED_CACHE
+from dex._state._durable import AttributeIndex, check_durable_options
 from dex.errors import AttributeMapNotLoadedError, DexError
 
 if TYPE_CHECKING:
@@ -34,21 +36,43 @@ class AttributeMap(Generic[T]):
     ``InvalidMapKeyError`` for any other key.
 
     An ``async`` handler can also read instances on demand, while it runs, with
-    ``await amap.load_range(ctx, ...)`` or ``await amap.load_keys(ctx, keys)``: only what
+    ``await amap.load_range(context, ...)`` or ``await amap.load_keys(context, keys)``: only what
     it asks for travels, so a method that needs the tail of a large map does not load it
     whole.
 
     Args:
         name: unique, non-empty, without ``/``.
         value_type: the declared type of every instance.
+        index: a search index (it needs an explicit ``index_key``; every instance write
+            overwrites the one search field). Default None; not available yet: a schema
+            declaring one raises ``FeatureNotAvailableError``.
+        sync_to_attribute_store: as for ``Attribute``; True is not available yet.
+        hard_delete_on_null: as for ``Attribute``; True is not available yet.
+
+    Raises:
+        FlowDefinitionError: an invalid name, or hard delete with an index or sync.
+        TypeError: an option of the wrong type, or hard delete of an int, float or bool.
 
     """
 
     kind = "attribute_map"
 
-    def __init__(self, name: str, value_type: type[T]) -> None:
+    def __init__(
+        self,
+        name: str,
+        value_type: type[T],
+        index: AttributeIndex | None = None,
+        sync_to_attribute_store: bool = False,
+        hard_delete_on_null: bool = False,
+    ) -> None:
         self.name = check_name(name, "AttributeMap")
         self.value_type: Any = value_type
+        check_durable_options(
+            "AttributeMap", name, value_type, index, sync_to_attribute_store, hard_delete_on_null
+        )
+        self.index = index
+        self.sync_to_attribute_store = sync_to_attribute_store
+        self.hard_delete_on_null = hard_delete_on_null
 
     def _loaded(self, inv: _Invocation, physical: str) -> bool:
         task = inv.task
@@ -59,18 +83,18 @@ class AttributeMap(Generic[T]):
             or physical in task.loaded_map_instances
         )
 
-    def get(self, ctx: Context, key: str) -> T | None:
+    def get(self, context: Context, instance: str) -> T | None:
         """Return the instance's value, or None when unset.
 
         Raises:
             AttributeMapNotLoadedError: the instance was not loaded by this method or RPC.
 
         """
-        inv = invocation(ctx, self, "attribute_map")
-        physical = instance_name(self.name, key)
+        inv = invocation(context, self, "attribute_map")
+        physical = instance_name(self.name, instance)
         if not self._loaded(inv, physical):
             raise AttributeMapNotLoadedError(
-                f"AttributeMap {self.name!r} instance {key!r} was not loaded; declare it with "
+                f"AttributeMap {self.name!r} instance {instance!r} was not loaded; declare it with "
                 f"load_attribute_maps or load_attribute_map_instances"
             )
         data = inv.read(physical)
@@ -84,7 +108,7 @@ class AttributeMap(Generic[T]):
 
     async def load_range(
         self,
-        ctx: Context,
+        context: Context,
         start_key: str | None = None,
         end_key: str | None = None,
         *,
@@ -109,7 +133,7 @@ class AttributeMap(Generic[T]):
         decoded once per Worker process and shared, so do not mutate their contents.
 
         Args:
-            ctx: the running handler's context.
+            context: the running handler's context.
             start_key: first key (inclusive); ``None`` starts at the map's first key.
             end_key: end key (exclusive); ``None`` runs to the map's last key.
             limit: at most this many instances (``None``: no limit).
@@ -125,7 +149,7 @@ class AttributeMap(Generic[T]):
         """
         if limit is not None and limit < 1:
             raise DexError(f"limit must be at least 1, got {limit}")
-        inv, reader = self._reader(ctx)
+        inv, reader = self._reader(context)
         start = instance_name(self.name, start_key) if start_key is not None else None
         end = instance_name(self.name, end_key) if end_key is not None else None
         answer = await reader.read_state(self.name, names=None, start=start, end=end, limit=limit)
@@ -137,7 +161,7 @@ class AttributeMap(Generic[T]):
             out.append((instance_key(physical), value))
         return out
 
-    async def load_keys(self, ctx: Context, keys: Iterable[str]) -> dict[str, T | None]:
+    async def load_keys(self, context: Context, keys: Iterable[str]) -> dict[str, T | None]:
         """Read the committed values of ``keys`` from the server now (None when unset).
 
         Like :meth:`load_range` (same consistency and sharing), for known keys: every key
@@ -152,7 +176,7 @@ class AttributeMap(Generic[T]):
             BadRequestError: the map is not declared in the Flow the server knows.
 
         """
-        inv, reader = self._reader(ctx)
+        inv, reader = self._reader(context)
         physical = {key: instance_name(self.name, key) for key in keys}
         if not physical:
             return {}
@@ -169,8 +193,8 @@ class AttributeMap(Generic[T]):
                 out[key] = DECODED_CACHE.decode(self.value_type, inv.codec, data)
         return out
 
-    def _reader(self, ctx: Context) -> tuple[_Invocation, StateReader]:
-        inv = invocation(ctx, self, "attribute_map")
+    def _reader(self, context: Context) -> tuple[_Invocation, StateReader]:
+        inv = invocation(context, self, "attribute_map")
         reader = getattr(inv.io, "read_state", None)
         if reader is None:
             raise DexError(
@@ -178,25 +202,25 @@ class AttributeMap(Generic[T]):
             )
         return inv, cast("StateReader", inv.io)
 
-    def set(self, ctx: Context, key: str, value: T | None) -> None:
-        """Stage a new value for ``key`` (``None`` deletes it)."""
-        inv = invocation(ctx, self, "attribute_map")
-        physical = instance_name(self.name, key)
+    def set(self, context: Context, instance: str, value: T | None) -> None:
+        """Stage a new value for ``instance`` (``None`` deletes it)."""
+        inv = invocation(context, self, "attribute_map")
+        physical = instance_name(self.name, instance)
         inv.writes[physical] = None if value is None else inv.codec(self.value_type).encode(value)
 
-    def delete(self, ctx: Context, key: str) -> None:
-        """Stage the deletion of ``key``."""
-        inv = invocation(ctx, self, "attribute_map")
-        inv.writes[instance_name(self.name, key)] = None
+    def delete(self, context: Context, instance: str) -> None:
+        """Stage the deletion of ``instance``."""
+        inv = invocation(context, self, "attribute_map")
+        inv.writes[instance_name(self.name, instance)] = None
 
-    def get_all_instance_keys(self, ctx: Context) -> list[str]:
+    def get_all_instance_keys(self, context: Context) -> tuple[str, ...]:
         """Every set key, sorted ascending, including this invocation's staged writes.
 
         Raises:
             AttributeMapNotLoadedError: the whole map was not loaded.
 
         """
-        inv = invocation(ctx, self, "attribute_map")
+        inv = invocation(context, self, "attribute_map")
         if self.name not in inv.task.loaded_maps:
             raise AttributeMapNotLoadedError(
                 f"listing AttributeMap {self.name!r} needs the whole map loaded "
@@ -210,21 +234,29 @@ class AttributeMap(Generic[T]):
                     names.discard(n)
                 else:
                     names.add(n)
-        return sorted(instance_key(n) for n in names)
+        return tuple(sorted(instance_key(n) for n in names))
 
-    def get_map_size(self, ctx: Context) -> int:
+    def get_map_size(self, context: Context) -> int:
         """How many keys are set (needs the whole map loaded, like listing keys)."""
-        return len(self.get_all_instance_keys(ctx))
+        return len(self.get_all_instance_keys(context))
 
-    def lock(self, key: str) -> LockKey:
-        """Return a lock key for one instance (for ``*_lock_attributes``)."""
-        return LockKey(name=self.name, kind="attribute_map", physical=instance_name(self.name, key))
+    def lock(self, instance: str) -> AttributeLock:
+        """Return a lock on one instance (for ``*_lock_attributes``).
 
-    def load(self, key: str) -> InstanceLoad:
-        """Return a load request for one instance (for ``*_load_attribute_map_instances``)."""
-        return InstanceLoad(
-            name=self.name, kind="attribute_map", key=key, physical=instance_name(self.name, key)
-        )
+        Raises:
+            InvalidMapKeyError: ``instance`` is not a non-empty string.
+
+        """
+        return AttributeLock(self, check_map_key(self.name, instance))
+
+    def load(self, instance: str) -> AttributeMapLoad:
+        """Return a load request for one instance (for ``*_load_attribute_map_instances``).
+
+        Raises:
+            InvalidMapKeyError: ``instance`` is not a non-empty string.
+
+        """
+        return AttributeMapLoad(self, instance)
 
     def __repr__(self) -> str:
         return f"AttributeMap({self.name!r})"

@@ -89,19 +89,46 @@ class _Queue:
                 out.extend(codec.decode(bytes(v)) for v in values)
         return out
 
-    def _cond(self, physical: str, kind: str, lo: int, hi: int | None) -> ChannelCondition:
+    def _cond(
+        self, physical: str, kind: str, lo: int, hi: int | None, condition_id: str | None
+    ) -> ChannelCondition:
         lo, hi = channel_bounds(kind, lo, hi)
+        if condition_id is not None and not isinstance(condition_id, str):
+            raise TypeError(f"{kind}: condition_id must be a str or None, got {condition_id!r}")
         return ChannelCondition(
-            name=self.name, kind=self.kind, channel=physical, min_count=lo, max_count=hi
+            name=self.name,
+            kind=self.kind,
+            channel=physical,
+            min_count=lo,
+            max_count=hi,
+            condition_id=condition_id,
         )
+
+    def _range(
+        self, physical: str, at_least: int | None, at_most: int | None, condition_id: str | None
+    ) -> ChannelCondition:
+        if at_least is None and at_most is None:
+            raise ValueError("for_range: give at_least, at_most or both")
+        return self._cond(
+            physical, "for_range", 0 if at_least is None else at_least, at_most, condition_id
+        )
+
+    def _instances(self, context: Context) -> tuple[str, ...]:
+        """Physical names of this map's non-empty instances, counting staged changes."""
+        inv = self._inv(context)
+        prefix = self.name + "/"
+        names = {n for n in inv.task.channel_sizes if n.startswith(prefix)}
+        names.update(p.channel for p in inv.publishes if p.channel.startswith(prefix))
+        names.update(d.channel for d in inv.deletes if d.channel.startswith(prefix))
+        return tuple(sorted(n for n in names if self._size(context, n) > 0))
 
 
 class Channel(_Queue, Generic[T]):
     """A durable FIFO queue of ``T`` messages, declared in the persistence schema.
 
     Publish from Steps and RPCs (staged, appended when the handler's result commits);
-    consume only through Wait conditions (``for_one()``, ``for_n(n)``, ...), after which
-    ``execute`` reads the consumed values with ``results(ctx)``. A message goes to exactly
+    consume only through Wait conditions (``for_one()``, ``for_n(count)``, ...), after which
+    ``execute`` reads the consumed values with ``results(context)``. A message goes to exactly
     one waiting Step execution; messages published before anyone waits stay queued.
 
     Args:
@@ -113,56 +140,78 @@ class Channel(_Queue, Generic[T]):
     def __init__(self, name: str, value_type: type[T]) -> None:
         super().__init__(check_name(name, "Channel"), "channel", value_type)
 
-    def publish(self, ctx: Context, value: T) -> None:
+    def publish(self, context: Context, value: T) -> None:
         """Stage a message (ValueMappingError on a type mismatch)."""
-        self._publish(ctx, self.name, value)
+        self._publish(context, self.name, value)
 
-    def size(self, ctx: Context) -> int:
+    def size(self, context: Context) -> int:
         """Pending messages, counting this invocation's staged publishes and deletes."""
-        return self._size(ctx, self.name)
+        return self._size(context, self.name)
 
-    def pending_messages(self, ctx: Context) -> list[ChannelMessage[T]]:
+    def pending_messages(self, context: Context) -> list[ChannelMessage[T]]:
         """Pending messages in FIFO order (snapshot; needs ``load_channels``).
 
         Raises:
             ChannelMessagesNotLoadedError: the method or RPC did not load this Channel.
 
         """
-        return self._pending(ctx, self.name)
+        return self._pending(context, self.name)
 
-    def find_pending_message(self, ctx: Context, message_id: str) -> ChannelMessage[T] | None:
+    def find_pending_message(self, context: Context, message_id: str) -> ChannelMessage[T] | None:
         """Return the pending message with this ID, or None (needs a load)."""
-        return self._find(ctx, self.name, message_id)
+        return self._find(context, self.name, message_id)
 
-    def delete(self, ctx: Context, message_id: str) -> None:
+    def delete(self, context: Context, message_id: str) -> None:
         """Stage the deletion of a pending message. RPC handlers only (DexError elsewhere)."""
-        self._delete(ctx, self.name, message_id)
+        self._delete(context, self.name, message_id)
 
-    def results(self, ctx: Context) -> list[T]:
+    def results(self, context: Context) -> list[T]:
         """Values the satisfied Wait consumed from this Channel (empty if it did not wait)."""
-        return self._results(ctx, self.name)
+        return self._results(context, self.name)
 
-    def for_one(self) -> ChannelCondition:
+    # Every condition factory takes ``condition_id``: an optional name of the condition,
+    # unique in its Wait (condition combinations refer to conditions by it).
+
+    def for_one(self, *, condition_id: str | None = None) -> ChannelCondition:
         """Ready with ≥1 message; consumes exactly 1."""
-        return self._cond(self.name, "for_one", 1, 1)
+        return self._cond(self.name, "for_one", 1, 1, condition_id)
 
-    def for_n(self, n: int) -> ChannelCondition:
-        """Ready with ≥n messages; consumes exactly n (n ≥ 1)."""
-        if n < 1:
-            raise ValueError(f"for_n: n must be >= 1, got {n}")
-        return self._cond(self.name, "for_n", n, n)
+    def for_n(self, count: int, *, condition_id: str | None = None) -> ChannelCondition:
+        """Ready with ≥count messages; consumes exactly count (count ≥ 1).
 
-    def at_least(self, n: int) -> ChannelCondition:
-        """Ready with ≥n messages; consumes everything queued at that moment."""
-        return self._cond(self.name, "at_least", n, None)
+        Raises:
+            ValueError: ``count < 1``.
 
-    def at_most(self, n: int) -> ChannelCondition:
-        """Ready at once; consumes up to n queued messages (possibly none)."""
-        return self._cond(self.name, "at_most", 0, n)
+        """
+        if count < 1:
+            raise ValueError(f"for_n: count must be >= 1, got {count}")
+        return self._cond(self.name, "for_n", count, count, condition_id)
 
-    def for_range(self, at_least: int, at_most: int) -> ChannelCondition:
-        """Ready with ≥at_least messages; consumes up to at_most."""
-        return self._cond(self.name, "for_range", at_least, at_most)
+    def at_least(self, count: int, *, condition_id: str | None = None) -> ChannelCondition:
+        """Ready with ≥count messages; consumes everything queued at that moment."""
+        return self._cond(self.name, "at_least", count, None, condition_id)
+
+    def at_most(self, count: int, *, condition_id: str | None = None) -> ChannelCondition:
+        """Ready at once; consumes up to count queued messages (possibly none)."""
+        return self._cond(self.name, "at_most", 0, count, condition_id)
+
+    def for_range(
+        self,
+        at_least: int | None = None,
+        at_most: int | None = None,
+        *,
+        condition_id: str | None = None,
+    ) -> ChannelCondition:
+        """Ready with ≥at_least messages; consumes up to at_most.
+
+        ``at_least=None`` means 0 (ready at once); ``at_most=None`` consumes everything
+        queued when it is ready.
+
+        Raises:
+            ValueError: both bounds are None, or the bounds are invalid.
+
+        """
+        return self._range(self.name, at_least, at_most, condition_id)
 
     def load(self) -> ChannelLoad:
         """Return a load request for this Channel's pending messages."""
