@@ -71,7 +71,7 @@ class Stream(Generic[T]):
         return _send(inv, self.name, inv.codec(self.value_type).encode(value))
 
     @overload
-    def buffered_text(
+    def buffered_text(  # type: ignore[overload-overlap]  # an AsyncContext is a Context
         self: Stream[str],
         context: AsyncContext,
         *,
