@@ -209,7 +209,7 @@ async def test_the_scripted_runner_defers_tools_and_resumes_from_records(tmp_pat
         {"n": 1},
     )
     assert deferred.policy == ToolPolicy(ToolEffect.READ)
-    assert first.usage.requests == 1
+    assert first.usage is not None and first.usage.requests == 1
 
     records = {"call-0-0": final_record("call-0-0", "42")}
     second = await runner.run_model_step(
