@@ -77,12 +77,12 @@ def triage(call: ModelCall) -> ScriptedResponse:
     if "refund order" in text:
         order_id = int(text.rsplit(" ", 1)[-1])
         calls = [ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": order_id})]
-        return ScriptedToolCalls(calls=calls)
+        return ScriptedToolCalls(calls=calls, usage=None)
     if "tickets" in text:
         calls = [ScriptedToolCall(tool_name="search_tickets", arguments={"user": "me"})]
-        return ScriptedToolCalls(calls=calls)
+        return ScriptedToolCalls(calls=calls, usage=None)
     if "quietly" in text:
-        return ScriptedText(text=f"echo: {call.user_text}")  # reports no usage
+        return ScriptedText(text=f"echo: {call.user_text}", usage=None)
     return ScriptedText(text=f"echo: {call.user_text}", usage=FINAL_USAGE)
 
 
@@ -164,7 +164,8 @@ class MyFrameworkRunner:
                 pending_calls.append(item)
             state = {"call_index": call_index + 1, "items": items, "pending": pending_calls}
             framework_run_state = json.dumps(state, sort_keys=True)
-            usage = response.usage  # 5. this model call only; None: not reported
+            # 5. Usage of this model call only; None: the framework reported none.
+            usage = response.usage if isinstance(response.usage, AgentUsage) else None
             return ToolCallsRequested(framework_run_state, tool_calls, usage)
         if not isinstance(response, ScriptedText):
             raise RuntimeError(f"the model failed: {response}")
@@ -172,7 +173,8 @@ class MyFrameworkRunner:
         turn.events.write_text_delta(response.text)
         items.append({"type": "text", "text": response.text})
         new_messages = [_message(item) for item in items]
-        return TurnCompleted(new_messages, response.usage)
+        usage = response.usage if isinstance(response.usage, AgentUsage) else None
+        return TurnCompleted(new_messages, usage)
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
         record = call.tool_call

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -16,6 +17,7 @@ from dex_agents import (
     AgentSessionOptions,
     AgentToolCall,
     AgentTurnContext,
+    AgentUsage,
     DeferredToolExecution,
     MessageRole,
     ToolCallsRequested,
@@ -225,6 +227,30 @@ async def test_the_scripted_runner_defers_tools_and_resumes_from_records(tmp_pat
     assert log.keys(MODEL_CALL_KIND) == ["s/turn-1/0", "s/turn-1/1"]
 
 
+async def test_scripted_usage_is_derived_given_or_not_reported() -> None:
+    given = AgentUsage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
+    call = ScriptedToolCall(tool_name="read", arguments={"n": 1})
+    model = ScriptedModel(
+        [
+            [ScriptedText(text="derived")],
+            [ScriptedText(text="given", usage=given)],
+            [ScriptedText(text="silent", usage=None)],
+            [ScriptedToolCalls(calls=[call], usage=None)],
+        ]
+    )
+    runner = ScriptedRunner(model)
+    outcomes = []
+    for number in (1, 2, 3, 4):
+        context = replace(turn_context([]), turn_id=f"turn-{number}")
+        outcomes.append(await runner.run_model_step(context))
+    derived, explicit, silent, requested = outcomes
+    assert derived.usage is not None and derived.usage.requests == 1
+    assert derived.usage.output_tokens == len("derived") // 4 + 1
+    assert explicit.usage == given
+    assert silent.usage is None
+    assert isinstance(requested, ToolCallsRequested) and requested.usage is None
+
+
 async def test_scripted_failures_raise_after_streaming_part_of_the_answer() -> None:
     runner = ScriptedRunner(
         ScriptedModel([[ScriptedText(text="abcd", fail_attempts=1)], [ScriptedFailure()]])
@@ -282,6 +308,7 @@ def test_the_exported_names_are_pinned() -> None:
 
     assert sorted(testing.__all__) == [
         "AgentTestStack",
+        "DERIVE_USAGE",
         "EXECUTE_COMPLETED_EVENT",
         "FileGate",
         "InvocationLog",
@@ -300,6 +327,7 @@ def test_the_exported_names_are_pinned() -> None:
         "ScriptedToolCalls",
         "ScriptedToolContext",
         "ScriptedToolResult",
+        "ScriptedUsage",
         "SnapshotSource",
         "StepHistoryEntry",
         "WorkerHandle",
