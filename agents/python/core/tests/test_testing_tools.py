@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -16,6 +17,7 @@ from dex_agents import (
     AgentSessionOptions,
     AgentToolCall,
     AgentTurnContext,
+    AgentUsage,
     DeferredToolExecution,
     MessageRole,
     ToolCallsRequested,
@@ -209,7 +211,7 @@ async def test_the_scripted_runner_defers_tools_and_resumes_from_records(tmp_pat
         {"n": 1},
     )
     assert deferred.policy == ToolPolicy(ToolEffect.READ)
-    assert first.usage.requests == 1
+    assert first.usage is not None and first.usage.requests == 1
 
     records = {"call-0-0": final_record("call-0-0", "42")}
     second = await runner.run_model_step(
@@ -223,6 +225,30 @@ async def test_the_scripted_runner_defers_tools_and_resumes_from_records(tmp_pat
     ]
     assert seen[0].call_index == 1 and seen[0].user_text == "look it up"
     assert log.keys(MODEL_CALL_KIND) == ["s/turn-1/0", "s/turn-1/1"]
+
+
+async def test_scripted_usage_is_derived_given_or_not_reported() -> None:
+    given = AgentUsage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
+    call = ScriptedToolCall(tool_name="read", arguments={"n": 1})
+    model = ScriptedModel(
+        [
+            [ScriptedText(text="derived")],
+            [ScriptedText(text="given", usage=given)],
+            [ScriptedText(text="silent", usage=None)],
+            [ScriptedToolCalls(calls=[call], usage=None)],
+        ]
+    )
+    runner = ScriptedRunner(model)
+    outcomes = []
+    for number in (1, 2, 3, 4):
+        context = replace(turn_context([]), turn_id=f"turn-{number}")
+        outcomes.append(await runner.run_model_step(context))
+    derived, explicit, silent, requested = outcomes
+    assert derived.usage is not None and derived.usage.requests == 1
+    assert derived.usage.output_tokens == len("derived") // 4 + 1
+    assert explicit.usage == given
+    assert silent.usage is None
+    assert isinstance(requested, ToolCallsRequested) and requested.usage is None
 
 
 async def test_scripted_failures_raise_after_streaming_part_of_the_answer() -> None:
@@ -282,6 +308,7 @@ def test_the_exported_names_are_pinned() -> None:
 
     assert sorted(testing.__all__) == [
         "AgentTestStack",
+        "DERIVE_USAGE",
         "EXECUTE_COMPLETED_EVENT",
         "FileGate",
         "InvocationLog",
@@ -300,6 +327,7 @@ def test_the_exported_names_are_pinned() -> None:
         "ScriptedToolCalls",
         "ScriptedToolContext",
         "ScriptedToolResult",
+        "ScriptedUsage",
         "SnapshotSource",
         "StepHistoryEntry",
         "WorkerHandle",

@@ -54,7 +54,7 @@ async def test_a_tool_round_defers_every_call_and_resumes_from_records(tmp_path:
         ("call_0_0_2", "issue_refund", ToolEffect.NON_IDEMPOTENT_WRITE),
     ]
     assert json.loads(first.tool_calls[2].arguments) == {"order_id": 7, "amount": 30}
-    assert first.usage.requests == 1
+    assert first.usage is not None and first.usage.requests == 1
     assert log.count(MODEL_CALL_KIND) == 1
     assert log.entries() == [e for e in log.entries() if e.kind == MODEL_CALL_KIND]
     texts = [e.data["text"] for e in await events.settle() if e.type is AgentEventType.TEXT_DELTA]
@@ -87,7 +87,7 @@ async def test_a_tool_round_defers_every_call_and_resumes_from_records(tmp_path:
     assert second.new_messages[-1].text.split("\n")[2] == (
         "issue_refund#call_0_0_2: error: The user rejected this tool call: not today"
     )
-    assert second.usage.requests == 1
+    assert second.usage is not None and second.usage.requests == 1
     assert log.count(MODEL_CALL_KIND) == 2
     assert log.count(tool_call_kind("issue_refund")) == 0
 
@@ -168,7 +168,7 @@ async def test_a_node_calling_the_model_twice_fails_the_step(tmp_path: Path) -> 
     done = await allowed.run_model_step(turn_context(history, events=Events()))
     assert isinstance(done, TurnCompleted)
     assert [m.text for m in done.new_messages] == ["call 1"]
-    assert done.usage.requests == 2
+    assert done.usage is not None and done.usage.requests == 2
 
 
 async def test_a_custom_graph_with_tools_condition_defers_and_resumes() -> None:
@@ -241,7 +241,7 @@ async def test_a_return_direct_tool_ends_the_turn_without_a_model_call(tmp_path:
         turn_context(history, events=Events(), state=first.framework_run_state, records=[done])
     )
     assert isinstance(second, TurnCompleted)
-    assert second.usage.requests == 0
+    assert second.usage is not None and second.usage.requests == 0
     assert [m.text for m in second.new_messages] == ["", "direct answer"]
 
 

@@ -175,7 +175,7 @@ async def test_one_step_stops_before_tools_and_reports_usage() -> None:
     assert isinstance(outcome, ToolCallsRequested)
     assert [c.tool_call_id for c in outcome.tool_calls] == ["call_1_0_0"]
     assert outcome.tool_calls[0].policy == ToolPolicy(ToolEffect.UNCLASSIFIED)
-    assert outcome.usage.requests == 1
+    assert outcome.usage is not None and outcome.usage.requests == 1
     assert json.loads(outcome.framework_run_state)["$schemaVersion"]
     assert [e.data["text"] for e in events] == ["checking"]
 

@@ -88,7 +88,7 @@ async def test_invalid_calls_next_to_valid_ones_reach_the_model_on_resume() -> N
     requested = await runner.run_model_step(make_turn(runner))
     assert isinstance(requested, ToolCallsRequested)
     assert [c.arguments for c in requested.tool_calls] == ['{"n":2}']
-    assert requested.usage.requests == 1
+    assert requested.usage is not None and requested.usage.requests == 1
     call = requested.tool_calls[0]
     record = AgentToolCall(
         tool_call_id=call.tool_call_id,

@@ -62,14 +62,16 @@ class AgentSessionClient:
     async def start_session(self, session_id: str, initial_message: str | None = None) -> str:
         """Start a session (the Flow ID is ``session_id``) and return its run ID.
 
-        A non-blank ``initial_message`` starts the first turn at once.
+        A non-blank ``initial_message`` starts the first turn at once. The Flow's
+        ``config``, when it has one, becomes the session's ``config_override``.
 
         Raises:
             FlowAlreadyStartedError: a session with this ID exists.
 
         """
         start = AgentSessionStartInput(initial_message=initial_message)
-        return await self.client.start_flow(self.flow, session_id, start)
+        options = self.flow.start_flow_options()
+        return await self.client.start_flow(self.flow, session_id, start, options)
 
     async def send_user_message(self, session_id: str, text: str) -> bool:
         """Queue a user message; False for blank text. A turn in progress finishes first.

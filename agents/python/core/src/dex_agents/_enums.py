@@ -90,7 +90,8 @@ class AgentEventType(StrEnum):
     tool_name, status}, ``tool_call_deferred`` {tool_call_id, tool_name, effect,
     requires_approval}, ``interrupt_raised`` {interrupt_id, tool_call_id, tool_name,
     deadline}, ``interrupt_resolved`` {interrupt_id, approved, rejection_message},
-    ``usage_recorded`` {recorded, session}. Beyond them: ``turn_steered`` {message_count}
+    ``usage_recorded`` {recorded, session} (only for a model call that reported usage).
+    Beyond them: ``turn_steered`` {message_count}
     and ``turn_cancelled`` {message_count}, written when a steered or cancelled turn ends,
     and ``custom`` for a runner's own ``write_event`` payloads {name, ...}.
     """

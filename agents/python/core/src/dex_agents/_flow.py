@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, StepMovement, Stream, rpc
+import inspect
+
+import dex
+from dex import (
+    Context,
+    FeatureNotAvailableError,
+    Flow,
+    PersistenceSchema,
+    RPCResult,
+    StartFlowOptions,
+    StepList,
+    StepMovement,
+    Stream,
+    rpc,
+)
 
 from dex_agents._enums import TurnControlKind
 from dex_agents._persistence import AGENT_EVENTS, persistence
@@ -65,10 +79,20 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         flow_type: the Flow type name (default ``"AgentSession"``).
         options: tool policies, the default effect, the events Stream capacity and the
             approval deadline (default ``AgentSessionOptions()``).
+        config: a ``dex.FlowConfig`` that ``AgentSessionClient.start_session`` passes as
+            ``StartFlowOptions.config_override`` of every session it starts; None (default)
+            keeps the server's defaults. Every Step sets SYNC durability on both methods,
+            so ``FlowConfig(step_durability=StepDurability.ASYNC)`` never replays a Step.
+
+    Raises:
+        FeatureNotAvailableError: ``config`` is given, but this Dex SDK has no
+            ``FlowConfig`` or no ``StartFlowOptions.config_override``.
+        TypeError: ``config`` is not a ``dex.FlowConfig``.
 
     Attributes:
         runner: the runner.
         options: the options.
+        config: the Flow-level config given at construction, or None.
         agent_events: this Flow type's ``AgentEvents`` Stream of ``AgentEvent``.
 
     """
@@ -79,9 +103,13 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         *,
         flow_type: str = DEFAULT_FLOW_TYPE,
         options: AgentSessionOptions | None = None,
+        config: object | None = None,
     ) -> None:
+        if config is not None:
+            _check_flow_config(config)
         self.runner = runner
         self.options = options or AgentSessionOptions()
+        self.config = config
         self._flow_type = flow_type
         self.agent_events: Stream[AgentEvent] = Stream(
             AGENT_EVENTS, AgentEvent, self.options.agent_events_capacity_bytes
@@ -109,6 +137,18 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def get_flow_type(self) -> str:
         """Return the Flow type given at construction."""
         return self._flow_type
+
+    def start_flow_options(self) -> StartFlowOptions:
+        """Return the ``StartFlowOptions`` a session of this Flow starts with.
+
+        They carry ``config`` as ``config_override`` when one was given, else they are
+        ``StartFlowOptions()``. ``AgentSessionClient.start_session`` uses them; code that
+        calls ``AsyncClient.start_flow`` itself should pass them too.
+        """
+        if self.config is None:
+            return StartFlowOptions()
+        override: dict[str, object] = {"config_override": self.config}
+        return StartFlowOptions(**override)  # type: ignore[arg-type, unused-ignore]
 
     def get_steps(self) -> StepList:
         """Return ``StartAgentSession`` as the start Step, then every other Step."""
@@ -201,6 +241,19 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             next_steps=(StepMovement.of(StopTurn),),
             canceling_steps=(RunModel, RecordTurnFailure, StopTurn),
         )
+
+
+def _check_flow_config(config: object) -> None:
+    flow_config = getattr(dex, "FlowConfig", None)
+    if (
+        flow_config is None
+        or "config_override" not in inspect.signature(StartFlowOptions).parameters
+    ):
+        raise FeatureNotAvailableError(
+            "FlowConfig on agent sessions (StartFlowOptions.config_override)"
+        )
+    if not isinstance(config, flow_config):
+        raise TypeError(f"config must be a dex.FlowConfig, got {config!r}")
 
 
 def _approval_steps(plan: TurnStopPlan) -> tuple[type[AwaitToolApproval], ...]:

@@ -2,12 +2,14 @@
 
 Naming scheme: the seeds use the same names for some declarations and for value types
 (the ``AgentState`` Attribute holds an ``AgentState`` value; likewise ``AgentUsage``). The
-value types are exported from ``dex_agents`` under those names. The declarations live on
-the ``persistence`` namespace object, whose attributes carry the seeds' names::
+value types are exported from ``dex_agents`` under those two names. Every declaration
+lives on the ``persistence`` namespace object, whose attributes carry the seeds' names;
+the seven whose names no value type holds are exported from ``dex_agents`` as well::
 
-    from dex_agents import AgentState, persistence
+    from dex_agents import AgentState, QueuedUserMessages, persistence
 
     state: AgentState | None = persistence.AgentState.get(context)
+    waiting = QueuedUserMessages.for_one()
 
 The stored names are the constants ``AGENT_STATE`` ... ``AGENT_EVENTS``, whose values are
 the seeds' names (``"AgentState"``, ...). The ``AgentEvents`` Stream is declared per
@@ -79,3 +81,13 @@ class AgentPersistence:
 
 persistence: Final = AgentPersistence()
 """The shared declarations (see ``AgentPersistence``)."""
+
+# The declarations whose names no value type holds, also at module level so that
+# ``dex_agents`` exports them under the seeds' names (``QueuedUserMessages.for_one()``).
+AgentMessages: Final = persistence.AgentMessages
+FrameworkRunState: Final = persistence.FrameworkRunState
+AgentToolCalls: Final = persistence.AgentToolCalls
+PendingInterrupts: Final = persistence.PendingInterrupts
+QueuedUserMessages: Final = persistence.QueuedUserMessages
+InterruptResolutions: Final = persistence.InterruptResolutions
+ToolCallResults: Final = persistence.ToolCallResults

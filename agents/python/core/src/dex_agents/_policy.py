@@ -36,7 +36,7 @@ def is_approval_required(policy: ToolPolicy) -> bool:
     return not policy.effect.is_retryable
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class AgentSessionOptions:
     """Options of one ``AgentSessionFlow``.
 

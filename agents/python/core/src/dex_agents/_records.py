@@ -1,7 +1,10 @@
 """Value types the session stores, publishes, streams and returns from its RPCs.
 
-All are frozen keyword-only msgspec Structs, so they encode to canonical JSON with the
-plain string values of their enums.
+All are frozen msgspec Structs, so they encode to canonical JSON with the plain string
+values of their enums. The ones an application or a runner builds (``FrameworkMessage``,
+``AgentUserMessage``, ``AgentSessionStartInput``, the interrupt answer and the message
+listing request) take their fields positionally in the order listed, or by keyword; the
+records the session builds itself are keyword-only.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class AgentUsage(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class FrameworkMessage(msgspec.Struct, frozen=True, kw_only=True):
+class FrameworkMessage(msgspec.Struct, frozen=True):
     """One item a framework produced or consumes, as the runner hands it to the session.
 
     Attributes:
@@ -144,7 +147,7 @@ class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
     deadline: float | None = None
 
 
-class AgentInterruptResolution(msgspec.Struct, frozen=True, kw_only=True):
+class AgentInterruptResolution(msgspec.Struct, frozen=True):
     """A person's answer, published to ``InterruptResolutions`` keyed by interrupt ID."""
 
     interrupt_id: str
@@ -152,7 +155,7 @@ class AgentInterruptResolution(msgspec.Struct, frozen=True, kw_only=True):
     rejection_message: str | None = None
 
 
-class ResolveInterruptRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ResolveInterruptRequest(msgspec.Struct, frozen=True):
     """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval."""
 
     interrupt_id: str
@@ -160,7 +163,7 @@ class ResolveInterruptRequest(msgspec.Struct, frozen=True, kw_only=True):
     rejection_message: str | None = None
 
 
-class AgentUserMessage(msgspec.Struct, frozen=True, kw_only=True):
+class AgentUserMessage(msgspec.Struct, frozen=True):
     """A user message: input of ``send_user_message`` / ``steer_user_message``."""
 
     text: str
@@ -227,7 +230,7 @@ class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     queued_message_count: int = 0
 
 
-class ListAgentMessagesRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ListAgentMessagesRequest(msgspec.Struct, frozen=True):
     """Input of ``list_agent_messages``: messages after ``after_sequence``, oldest first.
 
     ``limit`` is clamped to 1..200.
@@ -266,7 +269,7 @@ class AgentEvent(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
 
 
-class AgentSessionStartInput(msgspec.Struct, frozen=True, kw_only=True):
+class AgentSessionStartInput(msgspec.Struct, frozen=True):
     """Input of ``StartAgentSession``. A blank ``initial_message`` starts no turn."""
 
     initial_message: str | None = None

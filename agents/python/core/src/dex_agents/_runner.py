@@ -16,8 +16,11 @@ from dex_agents._policy import AgentSessionOptions, ToolPolicy
 from dex_agents._records import AgentMessage, AgentToolCall, AgentUsage, FrameworkMessage
 
 
-class DeferredToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class DeferredToolCall(msgspec.Struct, frozen=True):
     """One tool call the model asked for and the framework deferred to the session.
+
+    Construct it positionally, ``DeferredToolCall(tool_call_id, tool_name, arguments,
+    policy)``, or by keyword.
 
     Attributes:
         tool_call_id: non-empty, without ``/``, unique within the turn.
@@ -33,40 +36,44 @@ class DeferredToolCall(msgspec.Struct, frozen=True, kw_only=True):
     policy: ToolPolicy
 
 
-class TurnCompleted(msgspec.Struct, frozen=True, kw_only=True):
-    """The model gave its final answer.
+class TurnCompleted(msgspec.Struct, frozen=True):
+    """The model gave its final answer: ``TurnCompleted(new_messages, usage)``.
 
     Attributes:
         new_messages: every item the turn produced after its user message, in order,
             across all of its model calls; appended in one commit.
-        usage: usage of this model call only.
+        usage: usage of this model call only; None (default) means the framework did not
+            report any, and the session total stays as it is.
 
     """
 
     new_messages: list[FrameworkMessage]
-    usage: AgentUsage = AgentUsage()
+    usage: AgentUsage | None = None
 
 
-class ToolCallsRequested(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCallsRequested(msgspec.Struct, frozen=True):
     """The model asked for tools; the session runs them, then calls the runner again.
+
+    Construct it as ``ToolCallsRequested(framework_run_state, tool_calls, usage)``.
 
     Attributes:
         framework_run_state: non-empty state that continues the turn after the tools.
         tool_calls: one per call, in model order (at least one).
-        usage: usage of this model call only.
+        usage: usage of this model call only; None (default) means the framework did not
+            report any, and the session total stays as it is.
 
     """
 
     framework_run_state: str
     tool_calls: list[DeferredToolCall]
-    usage: AgentUsage = AgentUsage()
+    usage: AgentUsage | None = None
 
 
 AgentTurnOutcome = TurnCompleted | ToolCallsRequested
 
 
-class ToolExecutionResult(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool's output as the model should see it."""
+class ToolExecutionResult(msgspec.Struct, frozen=True):
+    """A tool's output as the model should see it: ``ToolExecutionResult(output)``."""
 
     output: str
 
@@ -86,7 +93,7 @@ class ToolExecutionError(Exception):
 Heartbeat = Callable[[], Awaitable[None]]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class AgentTurnContext:
     """What ``run_model_step`` receives: the turn's committed state.
 
@@ -131,7 +138,7 @@ class AgentTurnContext:
         return self.options.resolve_tool_policy(tool_name, framework_effect)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class DeferredToolExecution:
     """What ``execute_deferred_tool_call`` receives.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dex_agents._enums import MessageRole, ToolCallStatus
-from dex_agents._records import AgentToolCall, FrameworkMessage
+from dex_agents._records import AgentToolCall, AgentUsage, FrameworkMessage
 from dex_agents._runner import AgentTurnOutcome, ToolCallsRequested, TurnCompleted
 
 SEQUENCE_KEY_DIGITS = 12
@@ -125,10 +125,14 @@ def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
     """Check a ``run_model_step`` outcome before anything of it is stored.
 
     Raises:
-        InvalidRunnerOutputError: for an unknown outcome type, an empty run state, no tool
-            calls, or a tool call ID that is empty, contains ``/`` or repeats in the turn.
+        InvalidRunnerOutputError: for an unknown outcome type, a usage that is neither an
+            ``AgentUsage`` nor None, an empty run state, no tool calls, or a tool call ID
+            that is empty, contains ``/`` or repeats in the turn.
 
     """
+    usage = getattr(outcome, "usage", None)
+    if usage is not None and not isinstance(usage, AgentUsage):
+        raise InvalidRunnerOutputError(f"usage must be an AgentUsage or None, got {usage!r}")
     if isinstance(outcome, TurnCompleted):
         for message in outcome.new_messages:
             if not isinstance(message, FrameworkMessage):

@@ -256,7 +256,10 @@ class RunModel(_TurnStep):
             return StepDecision.go_to(AwaitUserMessage)
         return self._defer_tools(ctx, state, turn_id, outcome, len(records))
 
-    def _record_usage(self, ctx: Context, turn_id: str, usage: AgentUsage) -> None:
+    def _record_usage(self, ctx: Context, turn_id: str, usage: AgentUsage | None) -> None:
+        if usage is None:
+            # Not reported: the total stays as it is and no usage_recorded is written.
+            return
         session = (persistence.AgentUsage.get(ctx) or AgentUsage()).plus(usage)
         persistence.AgentUsage.set(ctx, session)
         emit(

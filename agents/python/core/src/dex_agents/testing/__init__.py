@@ -36,6 +36,7 @@ from dex_agents.testing._runner import (
     tool_call_kind,
 )
 from dex_agents.testing._script import (
+    DERIVE_USAGE,
     ModelCall,
     ScriptedFailure,
     ScriptedModel,
@@ -45,6 +46,7 @@ from dex_agents.testing._script import (
     ScriptedToolCall,
     ScriptedToolCalls,
     ScriptedToolResult,
+    ScriptedUsage,
 )
 from dex_agents.testing._stack import AgentTestStack, WorkerHandle
 from dex_agents.testing._wait import (
@@ -56,6 +58,7 @@ from dex_agents.testing._wait import (
 from dex_agents.testing._worker import run_agent_worker
 
 __all__ = [
+    "DERIVE_USAGE",
     "EXECUTE_COMPLETED_EVENT",
     "MODEL_CALL_KIND",
     "AgentTestStack",
@@ -75,6 +78,7 @@ __all__ = [
     "ScriptedToolCalls",
     "ScriptedToolContext",
     "ScriptedToolResult",
+    "ScriptedUsage",
     "SnapshotSource",
     "StepHistoryEntry",
     "WorkerHandle",

@@ -18,7 +18,7 @@ _STEP_EVENTS = frozenset(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class StepHistoryEntry:
     """One Step method event of a Flow's history.
 

@@ -115,7 +115,8 @@ class ScriptedRunner:
     ``run_model_step``; tool calls are returned as ``ToolCallsRequested`` with a JSON run
     state holding the turn's items so far; on resume, each call's result comes from its
     final record through ``describe_tool_call_outcome``; the final ``TurnCompleted``
-    carries every item of the turn after its user message; usage is reported per call.
+    carries every item of the turn after its user message; usage is reported per call
+    (derived from text lengths unless the response scripts one, or None).
     It keeps nothing between calls, so any Worker process can continue a turn.
 
     Framework items are JSON objects with ``"type"``: ``user``, ``text``, ``tool_call``
@@ -194,7 +195,10 @@ class ScriptedRunner:
             if isinstance(response, ScriptedText) and response.text:
                 turn.events.write_text_delta(response.text[: max(1, len(response.text) // 2)])
             raise ScriptedModelError(f"scripted failure of attempt {turn.attempt}")
-        usage = response.usage or _derived_usage(call, response)
+        scripted_usage = response.usage
+        usage = (
+            _derived_usage(call, response) if isinstance(scripted_usage, str) else scripted_usage
+        )
         if isinstance(response, ScriptedText):
             if response.text:
                 turn.events.write_text_delta(response.text)
@@ -248,7 +252,7 @@ class ScriptedRunner:
         turn: AgentTurnContext,
         state: _RunState,
         response: ScriptedToolCalls,
-        usage: AgentUsage,
+        usage: AgentUsage | None,
     ) -> ToolCallsRequested:
         if response.text:
             turn.events.write_text_delta(response.text)

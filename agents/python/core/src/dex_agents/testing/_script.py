@@ -5,11 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from dex_agents import AgentMessage, AgentUsage, ToolCallStatus, ToolEffect
 
 _TURN_NUMBER = re.compile(r"turn-(\d+)$")
+
+DERIVE_USAGE: Literal["derive"] = "derive"
+"""``usage`` of a scripted response that derives its usage from the text lengths."""
+
+ScriptedUsage: TypeAlias = AgentUsage | Literal["derive"] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +43,9 @@ class ScriptedText:
 
     Args:
         text: the answer (streamed as one ``text_delta``, stored as an assistant message).
-        usage: the usage reported for this model call; None (default) derives one.
+        usage: the usage reported for this model call; ``"derive"`` (default,
+            :data:`DERIVE_USAGE`) derives one from the text lengths; None reports none
+            (the session then leaves its total as it is).
         fail_attempts: on RunModel attempts ``1..fail_attempts`` stream the first half of
             ``text`` and then raise (default 0), to exercise RunModel retries.
         gate: a ``FileGate`` name to pass before answering (formatted with ``turn_id``,
@@ -47,7 +54,7 @@ class ScriptedText:
     """
 
     text: str
-    usage: AgentUsage | None = None
+    usage: ScriptedUsage = DERIVE_USAGE
     fail_attempts: int = 0
     gate: str | None = None
 
@@ -65,7 +72,7 @@ class ScriptedToolCalls:
 
     calls: Sequence[ScriptedToolCall]
     text: str | None = None
-    usage: AgentUsage | None = None
+    usage: ScriptedUsage = DERIVE_USAGE
     fail_attempts: int = 0
     gate: str | None = None
 
