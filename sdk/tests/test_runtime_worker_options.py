@@ -4,6 +4,7 @@ import dataclasses
 import os
 from datetime import timedelta
 
+import msgspec
 import pytest
 from dex import (
     AsyncWorker,
@@ -20,6 +21,7 @@ from dex import (
     WorkerOptions,
     WorkerTarget,
 )
+from dex._protocol import Task
 from dex.errors import FeatureNotAvailableError, FlowDefinitionError
 
 
@@ -229,3 +231,17 @@ async def test_async_worker_close_before_start() -> None:
     await worker.close()
     with pytest.raises(RuntimeError, match="closed"):
         await worker.start()
+
+
+async def test_step_tasks_declined_for_the_rpc_reserve_are_counted() -> None:
+    worker = AsyncWorker(Registry([SyncFlow()]), None, WorkerOptions(pull=PullWorkerOptions(2)))
+    session = worker._session
+    session._steps_running = worker.max_step_tasks  # the only Step slot is busy
+    task = Task(task_id="t1", kind="execute", flow_type="SyncFlow", flow_id="f", run_id="r")
+    session._on_task(task)
+    assert worker.pull_reserved_rpc_declines == 1
+    assert worker.stats.tasks_rejected == 1
+    sent = [msgspec.json.decode(data) for _, data, _ in session._out]
+    assert [(frame["task_id"], frame["reason"]) for frame in sent] == [("t1", "no_capacity")]
+    session._on_task(msgspec.structs.replace(task, task_id="t2", flow_type="Unknown"))
+    assert worker.pull_reserved_rpc_declines == 1  # other declines are not counted there
