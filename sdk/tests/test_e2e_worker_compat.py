@@ -149,12 +149,26 @@ class Wallet(Flow[None]):
         return Tag(tag.name + "!")
 
 
+class Measure(Step[str]):
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return StepDecision.graceful_complete(len(input))
+
+
+class LengthFlow(Flow[str]):
+    """A large start input travels as a blob the Worker resolves through its blob cache."""
+
+    def get_steps(self) -> StepList:
+        return StepList.start_step(Measure())
+
+
 PRICE = PriceFlow()
 WALLET = Wallet()
+LENGTH = LengthFlow()
+BIG_TEXT = "x" * 20_000
 
 
 def _registry() -> Registry:
-    return Registry([PRICE, WALLET], CodecRegistry({Money: MoneyCodec(), Tag: TAG_CODEC}))
+    return Registry([PRICE, WALLET, LENGTH], CodecRegistry({Money: MoneyCodec(), Tag: TAG_CODEC}))
 
 
 class DictBlobCache:
@@ -195,6 +209,11 @@ async def _exercise(client: AsyncClient) -> None:
     assert await client.invoke_rpc(WALLET.deposit, wallet_id, Money(7, "USD")) == Money(12, "USD")
     assert await client.invoke_rpc(WALLET.label, wallet_id, Tag("sale")) == Tag("sale!")
 
+    length_id = unique_id("length")
+    await client.start_flow(LENGTH, length_id, BIG_TEXT)
+    measured = await client.wait_for_flow(length_id, timeout=30)
+    assert measured.single_output(int) == len(BIG_TEXT)
+
 
 @pytest.fixture
 async def server(tmp_path: Path) -> Any:
@@ -221,7 +240,8 @@ async def test_codec_of_the_value_api_in_a_real_flow(server: RunningServer) -> N
         assert worker.worker_target == WorkerTarget(pull=True)
         before = worker.pull_registration_state()
         assert not before.is_ready
-        assert {q.queue for q in before.queues} == {worker.app_worker_id, "PriceFlow", "Wallet"}
+        queues = {q.queue for q in before.queues}
+        assert queues == {worker.app_worker_id, "PriceFlow", "Wallet", "LengthFlow"}
         serving = asyncio.create_task(worker.start())
         await worker.wait_pull_registered(timeout=30)
         state = worker.pull_registration_state()
@@ -232,6 +252,9 @@ async def test_codec_of_the_value_api_in_a_real_flow(server: RunningServer) -> N
         ) as client:
             await _exercise(client)
         assert worker.pull_reserved_rpc_declines == 0
+        # the large input reached the handler through the user's blob cache
+        assert list(cache.blobs.values()) == [json.dumps(BIG_TEXT).encode()]
+        assert worker.stats.blob_fetches == 1
     # leaving ``async with`` closed the Worker: start() returned, no restart
     await asyncio.wait_for(serving, timeout=30)
     with pytest.raises(RuntimeError, match="closed"):
@@ -241,7 +264,8 @@ async def test_codec_of_the_value_api_in_a_real_flow(server: RunningServer) -> N
 async def test_sync_worker_as_a_context_manager(server: RunningServer) -> None:
     registry = _registry()
     options = WorkerOptions(server_address=server.address)  # pull=None: pull defaults
-    with Worker(registry, DictBlobCache(), options) as worker:
+    cache = DictBlobCache()
+    with Worker(registry, cache, options) as worker:
         thread = threading.Thread(target=worker.start, name="sync-worker")
         thread.start()
         await asyncio.to_thread(worker.wait_pull_registered, 30)
@@ -250,6 +274,7 @@ async def test_sync_worker_as_a_context_manager(server: RunningServer) -> None:
             registry, options=ClientOptions(server_address=server.address)
         ) as client:
             await _exercise(client)
+        assert list(cache.blobs.values()) == [json.dumps(BIG_TEXT).encode()]
     # __exit__ closed the Worker and waited for start() to return
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
