@@ -153,6 +153,34 @@ from dex._worker import (
     WorkerStats,
 )
 
+# --------------------------------------------------------------------------- workers, codecs
+# Worker registration state, credentials and the Value codec API. This block is maintained
+# with dex/_worker, dex/_credential.py and dex/_codec.py.
+# isort: split
+from dex._codec import BOOL, BYTES, DOUBLE, INT64, STRING, JsonCodec, Value, WireKind
+from dex._credential import ApiKeyCredential, ApiKeyExchangeError, Credential, FileCredential
+from dex._worker import PullQueueRegistrationState, PullRegistrationState, WorkerTarget
+from dex.errors import PullRegistrationError
+
+__all__ += [
+    "BOOL",
+    "BYTES",
+    "DOUBLE",
+    "INT64",
+    "STRING",
+    "ApiKeyCredential",
+    "ApiKeyExchangeError",
+    "Credential",
+    "FileCredential",
+    "JsonCodec",
+    "PullQueueRegistrationState",
+    "PullRegistrationError",
+    "PullRegistrationState",
+    "Value",
+    "WireKind",
+    "WorkerTarget",
+]
+
 __all__ += [
     "AsyncClient",
     "AsyncWorker",

@@ -9,30 +9,50 @@ datetimes and containers; types that mention a pydantic ``BaseModel`` go through
 
 from __future__ import annotations
 
+import enum
 import math
 import sys
 import threading
 import typing
-from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 import msgspec.inspect as mi
 
 from dex.errors import FlowDefinitionError, ValueMappingError
 
-__all__ = ["Codec", "CodecRegistry", "TypeCodec", "codec_for", "type_name"]
+__all__ = [
+    "BOOL",
+    "BYTES",
+    "DOUBLE",
+    "INT64",
+    "STRING",
+    "Codec",
+    "CodecRegistry",
+    "JsonCodec",
+    "TypeCodec",
+    "Value",
+    "WireCodec",
+    "WireKind",
+    "codec_for",
+    "type_name",
+]
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _NULL = b"null"
 
 
 @runtime_checkable
-class Codec(Protocol):
-    """Converts values of one declared type to canonical JSON bytes and back.
+class WireCodec(Protocol):
+    """The SDK's own codec shape: a value of one declared type to canonical JSON bytes.
 
-    A custom codec must be deterministic: equal values must give equal bytes.
-    ``encode`` and ``decode`` raise ``ValueMappingError`` on a value that does not match.
+    ``codec_for`` returns these, and ``CodecRegistry.get`` adapts every registered
+    ``Codec`` to one. A custom codec of this shape (``encode -> bytes``,
+    ``decode(bytes)``) may also be registered directly. It must be deterministic: equal
+    values must give equal bytes. ``encode`` and ``decode`` raise ``ValueMappingError`` on
+    a value that does not match.
     """
 
     def encode(self, value: object) -> bytes:
@@ -240,36 +260,417 @@ ANY_CODEC: TypeCodec = codec_for(Any)
 """Codec for values of no declared type (decision outputs, locals, heartbeat values)."""
 
 
-class CodecRegistry:
-    """Custom codecs for chosen types, consulted before the built-in ones.
+# --------------------------------------------------------------------------- Value codecs
+# The public codec API: a ``Codec`` turns a value into a ``Value`` (a wire kind plus plain
+# data) and back. On the wire every ``Value`` is canonical JSON: scalars as JSON scalars,
+# bytes as a base64 string, JSON values as themselves.
 
-    Use it when a type is not supported by default (or needs another JSON shape). Pass it to
-    ``Registry(flows, codec_registry=...)``; the Registry's Client and Worker use it for every
-    value of that exact type annotation.
+
+class WireKind(enum.Enum):
+    """The wire shape of a ``Value``: a scalar kind or a JSON document."""
+
+    STRING = "string"
+    BOOL = "bool"
+    INT64 = "int64"
+    DOUBLE = "double"
+    BYTES = "bytes"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class Value:
+    """One encoded value: its ``kind`` and its ``data``.
+
+    ``data`` is a ``str`` for STRING, ``bool`` for BOOL, ``int`` for INT64, ``float`` for
+    DOUBLE, ``bytes`` for BYTES, and the JSON text (a ``str``) for JSON.
+    """
+
+    kind: WireKind
+    data: str | bool | int | float | bytes
+
+
+ValueT = TypeVar("ValueT")
+
+
+@runtime_checkable
+class Codec(Protocol[ValueT]):
+    """Encodes values of one type to ``Value`` and back; register one in ``CodecRegistry``.
+
+    Implement it for a type the built-in codecs do not cover, or to choose its wire
+    shape. ``type_name`` names the type in errors; ``wire_kind`` is the kind ``encode``
+    produces and ``decode`` receives. Encoding must be deterministic (equal values, equal
+    ``Value``s). Raise ``TypeError`` or ``ValueError`` on a value that does not fit: the
+    SDK reports it as ``ValueMappingError``. Codecs are called from several threads.
+    """
+
+    @property
+    def type_name(self) -> str:
+        """A readable name of the type, for errors."""
+        ...
+
+    @property
+    def wire_kind(self) -> WireKind:
+        """The kind of the ``Value``s this codec produces and accepts."""
+        ...
+
+    def encode(self, value: ValueT) -> Value:
+        """Encode ``value``."""
+        ...
+
+    def decode(self, value: Value) -> ValueT:
+        """Decode ``value`` (of kind ``wire_kind``)."""
+        ...
+
+
+class _CodecTypeError(ValueMappingError, TypeError):
+    """A value of the wrong type for a codec."""
+
+
+class _CodecValueError(ValueMappingError, ValueError):
+    """A value a codec cannot represent."""
+
+
+class _CodecOverflowError(ValueMappingError, OverflowError):
+    """An integer outside the int64 range."""
+
+
+class _NoCodecError(FlowDefinitionError, TypeError):
+    """No codec for a type hint."""
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _check_int64(value: Any) -> None:
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _CodecOverflowError(f"integer {value} exceeds int64")
+
+
+def _check_double(value: Any) -> None:
+    if not math.isfinite(value):
+        raise _CodecValueError(f"{value!r} is not a finite float (NaN/Infinity are not JSON)")
+
+
+@dataclass(frozen=True)
+class _PrimitiveCodec(Generic[ValueT]):
+    """The codec of one scalar type (``STRING``, ``BOOL``, ``INT64``, ``DOUBLE``, ``BYTES``)."""
+
+    type_name: str
+    wire_kind: WireKind
+    expected_type: type
+    validator: Callable[[Any], None] | None = None
+
+    def _checked(self, value: object) -> Any:
+        exact = type(value) is self.expected_type
+        if not exact and not (
+            isinstance(value, self.expected_type) and not isinstance(value, bool)
+        ):
+            raise _CodecTypeError(
+                f"{self.type_name} requires {self.type_name}, got {type(value).__qualname__}"
+            )
+        if self.validator is not None:
+            self.validator(value)
+        return value
+
+    def encode(self, value: ValueT) -> Value:
+        """Return ``Value(wire_kind, value)``; ``TypeError`` for another type."""
+        return Value(self.wire_kind, self._checked(value))
+
+    def decode(self, value: Value) -> ValueT:
+        """Return the data of ``value``; ``TypeError`` for another kind."""
+        if value.kind is not self.wire_kind:
+            raise _CodecTypeError(f"{self.type_name} cannot decode wire kind {value.kind.value}")
+        data: Any = self._checked(value.data)
+        return typing.cast(ValueT, data)
+
+
+STRING: Codec[str] = _PrimitiveCodec("str", WireKind.STRING, str)
+"""Codec of ``str`` (wire kind STRING)."""
+BOOL: Codec[bool] = _PrimitiveCodec("bool", WireKind.BOOL, bool)
+"""Codec of ``bool`` (wire kind BOOL)."""
+INT64: Codec[int] = _PrimitiveCodec("int", WireKind.INT64, int, _check_int64)
+"""Codec of ``int`` in the int64 range (wire kind INT64); ``OverflowError`` outside it."""
+DOUBLE: Codec[float] = _PrimitiveCodec("float", WireKind.DOUBLE, float, _check_double)
+"""Codec of finite ``float`` (wire kind DOUBLE); ``ValueError`` for NaN/Infinity."""
+BYTES: Codec[bytes] = _PrimitiveCodec("bytes", WireKind.BYTES, bytes)
+"""Codec of ``bytes`` (wire kind BYTES; base64 on the wire)."""
+
+_SCALARS: dict[object, Codec[Any]] = {
+    str: STRING,
+    bool: BOOL,
+    int: INT64,
+    float: DOUBLE,
+    bytes: BYTES,
+}
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _canonical_json(obj: object, what: str) -> str:
+    try:
+        builtins = msgspec.to_builtins(obj, order="sorted")
+    except TypeError as exc:
+        raise _CodecTypeError(f"{what}: {exc}") from exc
+    try:
+        _check_finite(builtins, "$")
+    except ValueMappingError as exc:
+        raise _CodecValueError(f"{what}: {exc}") from exc
+    return _ENCODER.encode(builtins).decode("utf-8")
+
+
+def _json_text(value: Value, what: str) -> str:
+    if value.kind is not WireKind.JSON:
+        raise _CodecTypeError(f"{what} cannot decode wire kind {value.kind.value}")
+    data = value.data
+    if isinstance(data, bytes):
+        return data.decode("utf-8")
+    if not isinstance(data, str):
+        raise _CodecTypeError(f"{what}: JSON data must be str, got {type(data).__qualname__}")
+    return data
+
+
+@dataclass(frozen=True)
+class JsonCodec(Generic[ValueT]):
+    """A codec that stores values as canonical JSON, through two plain functions.
+
+    Use it for a type that maps naturally to JSON: ``encoder`` turns a value into
+    JSON-compatible data (dicts, lists, strings, numbers, booleans, None; dataclasses
+    and msgspec Structs are converted too), ``decoder`` builds the value back.
+
+    Args:
+        type_name: a readable name of the type, for errors.
+        decoder: JSON data → value.
+        encoder: value → JSON data (default: the value itself).
+        expected_type: when given, ``encode`` first checks ``isinstance(value, ...)``
+            (against the origin of a generic alias) and raises ``TypeError`` otherwise.
 
     Example::
 
-        codecs = CodecRegistry()
-        codecs.register(Money, MoneyCodec())
+        MONEY = JsonCodec("Money", lambda d: Money(d["cents"]), lambda m: {"cents": m.cents})
+        registry = Registry([flow], CodecRegistry({Money: MONEY}))
+
     """
 
-    def __init__(self) -> None:
-        self._codecs: dict[object, Codec] = {}
+    type_name: str
+    decoder: Callable[[Any], ValueT]
+    encoder: Callable[[ValueT], Any] = _identity
+    expected_type: object | None = None
+    wire_kind: WireKind = field(default=WireKind.JSON, init=False)
 
-    def register(self, tp: object, codec: Codec) -> CodecRegistry:
+    def encode(self, value: ValueT) -> Value:
+        """Return ``Value(JSON, canonical JSON text of encoder(value))``."""
+        self._check_type(value)
+        return Value(WireKind.JSON, _canonical_json(self.encoder(value), self.type_name))
+
+    def decode(self, value: Value) -> ValueT:
+        """Parse the JSON text of ``value`` and return ``decoder(data)``."""
+        text = _json_text(value, self.type_name)
+        try:
+            data = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise _CodecValueError(f"{self.type_name}: invalid JSON: {exc}") from exc
+        return self.decoder(data)
+
+    def _check_type(self, value: object) -> None:
+        expected = self.expected_type
+        if expected is None:
+            return
+        cls = typing.get_origin(expected) or expected
+        if isinstance(cls, type) and not isinstance(value, cls):
+            raise _CodecTypeError(
+                f"{self.type_name} requires {type_name(expected)}, got {type(value).__qualname__}"
+            )
+
+
+class _TypeJsonCodec(JsonCodec[Any]):
+    """``CodecRegistry.resolve``'s codec of a non-scalar type: the built-in ``TypeCodec``."""
+
+    def __init__(self, tp: object, wire: WireCodec) -> None:
+        origin = typing.get_origin(tp) or tp
+        name = getattr(origin, "__name__", None) or type_name(tp)
+        super().__init__(name, _identity, expected_type=tp)
+        object.__setattr__(self, "_wire", wire)
+
+    _wire: WireCodec
+
+    def encode(self, value: Any) -> Value:
+        return Value(WireKind.JSON, self._wire.encode(value).decode("utf-8"))
+
+    def decode(self, value: Value) -> Any:
+        return self._wire.decode(_json_text(value, self.type_name).encode("utf-8"))
+
+
+def _value_to_json(value: Value, codec: object) -> bytes:
+    """Canonical JSON bytes of a ``Value`` a codec produced."""
+    name = getattr(codec, "type_name", type(codec).__qualname__)
+    if not isinstance(value, Value):
+        raise ValueMappingError(
+            f"codec {name}.encode must return a Value, got {type(value).__qualname__}"
+        )
+    kind, data = value.kind, value.data
+    if kind is WireKind.JSON:
+        text = _json_text(value, name)
+        try:
+            parsed = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise ValueMappingError(f"codec {name} produced invalid JSON: {exc}") from exc
+        return _canonical_json(parsed, name).encode("utf-8")
+    scalar = {
+        WireKind.STRING: STRING,
+        WireKind.BOOL: BOOL,
+        WireKind.INT64: INT64,
+        WireKind.DOUBLE: DOUBLE,
+        WireKind.BYTES: BYTES,
+    }[kind]
+    if kind is WireKind.DOUBLE and type(data) is int:
+        data = float(data)
+    typing.cast(_PrimitiveCodec[Any], scalar)._checked(data)
+    return _ENCODER.encode(data)
+
+
+_JSON_TYPES: dict[WireKind, object] = {
+    WireKind.STRING: str,
+    WireKind.BOOL: bool,
+    WireKind.INT64: int,
+    WireKind.DOUBLE: float,
+    WireKind.BYTES: bytes,
+}
+
+
+def _json_to_value(data: bytes, kind: WireKind, name: str) -> Value:
+    """The ``Value`` of kind ``kind`` that canonical JSON bytes carry."""
+    if kind is WireKind.JSON:
+        return Value(WireKind.JSON, bytes(data).decode("utf-8"))
+    try:
+        decoded = msgspec.json.decode(data, type=_JSON_TYPES[kind])
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueMappingError(f"value does not match {name}: {exc}") from exc
+    return Value(kind, decoded)
+
+
+class _ValueCodecWire:
+    """A registered ``Codec`` seen as a ``WireCodec`` (what the SDK calls internally)."""
+
+    def __init__(self, codec: Codec[Any]) -> None:
+        self.codec = codec
+        self._name = str(getattr(codec, "type_name", type(codec).__qualname__))
+        self._kind = codec.wire_kind
+
+    def encode(self, value: object) -> bytes:
+        try:
+            encoded = self.codec.encode(value)
+        except ValueMappingError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueMappingError(
+                f"codec {self._name} cannot encode {value!r:.80}: {exc}"
+            ) from exc
+        return _value_to_json(encoded, self.codec)
+
+    def decode(self, data: bytes) -> Any:
+        value = _json_to_value(data, self._kind, self._name)
+        try:
+            return self.codec.decode(value)
+        except ValueMappingError:
+            raise
+        except (TypeError, ValueError, OverflowError, KeyError) as exc:
+            raise ValueMappingError(
+                f"codec {self._name} cannot decode {value!r:.80}: {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"WireCodec({self.codec!r})"
+
+
+def _is_value_codec(codec: object) -> bool:
+    return hasattr(codec, "wire_kind") and callable(getattr(codec, "encode", None))
+
+
+class CodecRegistry:
+    """Custom codecs for chosen types, consulted before the built-in ones.
+
+    Use it when a type is not supported by default (or needs another wire shape). Pass it
+    to ``Registry(flows, codec_registry)``; the Registry's Client and Worker then use it
+    for every value whose annotation is exactly that type.
+
+    Args:
+        codecs: type hint → ``Codec`` (or a ``WireCodec`` working on JSON bytes).
+
+    Raises:
+        FlowDefinitionError: a codec has no ``encode``/``decode`` methods.
+
+    Example::
+
+        codecs = CodecRegistry({Money: MONEY})
+        codecs.resolve(int)  # INT64
+
+    Thread-safe for lookups; register codecs before building the Registry.
+    """
+
+    def __init__(self, codecs: Mapping[object, Codec[Any] | WireCodec] | None = None) -> None:
+        self._codecs: dict[object, Codec[Any] | WireCodec] = {}
+        self._wire: dict[object, WireCodec] = {}
+        for tp, codec in (codecs or {}).items():
+            self.register(tp, codec)
+
+    def register(self, tp: object, codec: Codec[Any] | WireCodec) -> CodecRegistry:
         """Use ``codec`` for values declared as exactly ``tp``; returns ``self``."""
-        if not isinstance(codec, Codec):
+        if not (
+            callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))
+        ):
             raise FlowDefinitionError(f"{codec!r} has no encode/decode methods")
         self._codecs[tp] = codec
+        wire: Any = (
+            _ValueCodecWire(typing.cast(Codec[Any], codec)) if _is_value_codec(codec) else codec
+        )
+        self._wire[tp] = wire
         return self
 
-    def get(self, tp: object) -> Codec:
-        """Return the codec for ``tp``: a registered one, else ``codec_for(tp)``."""
+    def resolve(self, type_hint: object) -> Codec[Any]:
+        """Return the ``Codec`` used for ``type_hint``.
+
+        A registered codec first; then ``STRING``, ``BOOL``, ``INT64``, ``DOUBLE``,
+        ``BYTES`` for the scalar types; a ``JsonCodec`` of the built-in JSON mapping for
+        every other supported type (dataclasses, Structs, pydantic models, containers...).
+
+        Raises:
+            FlowDefinitionError: no codec for ``type_hint`` (also a ``TypeError``).
+
+        """
+        found = self._lookup(self._codecs, type_hint)
+        if found is not None:
+            if _is_value_codec(found):
+                return typing.cast(Codec[Any], found)
+            return _TypeJsonCodec(type_hint, typing.cast(WireCodec, found))
+        scalar = self._lookup(_SCALARS, type_hint)
+        if scalar is not None:
+            return scalar
         try:
-            found = self._codecs.get(tp)
-        except TypeError:
-            found = None
+            wire = codec_for(type_hint)
+        except FlowDefinitionError as exc:
+            raise _NoCodecError(
+                f"no codec for {type_name(type_hint)}; register one in CodecRegistry ({exc})"
+            ) from exc
+        return _TypeJsonCodec(type_hint, wire)
+
+    def get(self, tp: object) -> WireCodec:
+        """Return the JSON-bytes codec the SDK uses for ``tp``.
+
+        A registered codec (adapted to JSON bytes), else ``codec_for(tp)``.
+        """
+        found = self._lookup(self._wire, tp)
         return found if found is not None else codec_for(tp)
 
+    @staticmethod
+    def _lookup(table: Mapping[object, _T], tp: object) -> _T | None:
+        try:
+            return table.get(tp)
+        except TypeError:  # unhashable annotation
+            return None
 
-CodecLookup = Callable[[object], Codec]
+
+_T = TypeVar("_T")
+
+CodecLookup = Callable[[object], WireCodec]

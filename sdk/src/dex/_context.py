@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from msgspec import Raw
 
-from dex._codec import ANY_CODEC, Codec
+from dex._codec import ANY_CODEC
+from dex._codec import WireCodec as Codec
 from dex._protocol import ChannelDelete, Publish, RecordedEvent, Task
 from dex._step import UNSET, HeartbeatOutput
 from dex.errors import DexError

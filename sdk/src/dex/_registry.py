@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dex._codec import Codec, CodecRegistry, codec_for
+from dex._codec import CodecRegistry, codec_for
+from dex._codec import WireCodec as Codec
 from dex._flow import Flow, PersistenceSchema, StepList
 from dex._options import check_schedule_to_start
 from dex._protocol import FlowSpec, RpcSpec, StateDecl, StepOptionsSpec, StepSpec

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
+from dex._credential import CredentialLike, bearer_auth
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
 from dex.errors import (
     DexServiceError,
@@ -115,7 +116,7 @@ class HttpTransport:
         self,
         address: str,
         *,
-        credential: str | None,
+        credential: CredentialLike,
         timeout: float | None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
@@ -123,7 +124,7 @@ class HttpTransport:
         self.timeout = timeout
         self._http = http or httpx.AsyncClient(
             base_url=self.base_url,
-            headers=auth_headers(credential),
+            auth=bearer_auth(credential),  # resolved per request: tokens may rotate
             timeout=httpx.Timeout(timeout),
         )
 

@@ -205,3 +205,17 @@ class FeatureNotAvailableError(DexError, NotImplementedError):
 def feature_not_available(feature: str) -> NoReturn:
     """Raise :class:`FeatureNotAvailableError` for ``feature`` (a helper for SDK internals)."""
     raise FeatureNotAvailableError(feature)
+
+
+class PullRegistrationError(RuntimeError):
+    """The server rejected a pull Worker's registration for good.
+
+    Bad credentials or an invalid registration. Raised by ``Worker.start()`` when
+    ``PullWorkerOptions.stop_on_permanent_stream_rejection`` is set, and recorded in
+    ``pull_registration_state()``. ``queue`` names the rejected queue, ``error`` the cause.
+    """
+
+    def __init__(self, queue: str, error: BaseException) -> None:
+        super().__init__(f"pull Worker queue {queue!r} registration rejected: {error}")
+        self.queue = queue
+        self.error = error

@@ -9,7 +9,8 @@ from urllib.parse import quote
 
 from msgspec import Raw
 
-from dex._codec import Codec, codec_for
+from dex._codec import WireCodec as Codec
+from dex._codec import codec_for
 from dex._flow import Flow
 from dex._protocol import MAX_FLOW_ID_BYTES, ErrorCode, FlowSpec
 from dex._registry import Registry

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from dex._credential import CredentialLike
 from dex._options import seconds
 from dex._state._common import check_map_key
 
@@ -59,7 +60,9 @@ class ClientOptions:
     Attributes:
         server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
             default ``"localhost:8801"``.
-        credential: bearer token for a server started with one; None sends no token.
+        credential: a ``Credential`` (``FileCredential``, ``ApiKeyCredential``, your
+            own) or a fixed bearer token string, for a server started with a token;
+            None sends no token.
         timeout: seconds a single request may take (default 30). Long polls
             (``wait_for_flow``, ``read_stream``) add their own wait on top.
 
@@ -69,7 +72,7 @@ class ClientOptions:
     """
 
     server_address: str = "localhost:8801"
-    credential: str | None = None
+    credential: CredentialLike = None
     timeout: float = 30.0
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from dex._codec import Codec
+from dex._codec import WireCodec as Codec
 
 _MAX_ENTRIES = 16384
 _MAX_BYTES = 64 * 1024 * 1024

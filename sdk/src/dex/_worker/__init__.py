@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from dex._worker._async_worker import AsyncWorker
-from dex._worker._options import PullWorkerOptions, WorkerOptions
+from dex._worker._options import PullWorkerOptions, WorkerOptions, WorkerTarget
+from dex._worker._registration import PullQueueRegistrationState, PullRegistrationState
 from dex._worker._stats import WorkerStats
 from dex._worker._sync_worker import Worker
 
-__all__ = ["AsyncWorker", "PullWorkerOptions", "Worker", "WorkerOptions", "WorkerStats"]
+__all__ = [
+    "AsyncWorker",
+    "PullQueueRegistrationState",
+    "PullRegistrationState",
+    "PullWorkerOptions",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+    "WorkerTarget",
+]

@@ -10,19 +10,23 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from types import TracebackType
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
 
 from dex._blob_cache import BlobCache
+from dex._credential import resolve_token
 from dex._invoke import TaskIO, invoke
 from dex._protocol import Register, Task, TaskResult
 from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
 from dex._worker._blobs import BlobResolver
-from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions
+from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions, WorkerTarget
+from dex._worker._registration import PullQueueRegistrationState, PullRegistrationState
 from dex._worker._session import RegistrationRejectedError, Session
 from dex._worker._stats import WorkerStats
+from dex.errors import PullRegistrationError
 
 log = logging.getLogger("dex.worker")
 
@@ -32,6 +36,13 @@ _PERMANENT_BACKOFF_S = 60.0
 _REGISTER_TIMEOUT_S = 10.0
 _MAX_FRAME_BYTES = 256 * 1024 * 1024
 _PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "BAD_REQUEST"})
+
+
+_PULL_TARGET = WorkerTarget(pull=True)
+
+
+class _CredentialError(Exception):
+    """The Worker's credential raised (the cause) while connecting."""
 
 
 @cache
@@ -47,9 +58,10 @@ class AsyncWorker:
 
     Args:
         registry: the ``Registry`` whose Flow types this Worker serves.
-        blob_cache: optional persistent ``BlobCache`` for large values; without one the
-            Worker keeps recent blobs in memory only.
-        options: server address, task slots, drain timeout, credential.
+        blob_cache: a ``BlobCache`` for large values (``open_blob_cache(...)`` or any
+            object with its methods); None keeps recent blobs in memory only.
+        options: server address, task slots, drain timeout, credential; None →
+            ``WorkerOptions()``.
 
     Task slots: ``PullWorkerOptions.max_concurrent_tasks`` handlers at once (default 100),
     of which ``reserved_rpc_tasks`` (default 1) only RPCs use. Sync handlers run on a
@@ -67,7 +79,11 @@ class AsyncWorker:
     server). Tasks the server no longer holds for it are cancelled then, and all of them
     are if no reconnect succeeds within that grace period.
 
-    Start a Worker once; it is not reusable after ``stop()``.
+    Start a Worker once; it is not reusable after ``stop()``. ``async with
+    AsyncWorker(...) as worker:`` closes it on exit (``close()``: stop, drain, wait).
+
+    Raises:
+        FeatureNotAvailableError: ``options`` ask for a listening Worker.
 
     """
 
@@ -75,12 +91,16 @@ class AsyncWorker:
         self,
         registry: Registry,
         blob_cache: BlobCache | None = None,
-        options: WorkerOptions = WorkerOptions(),  # noqa: B008 - frozen, safe to share
+        options: WorkerOptions | None = None,
     ) -> None:
+        if options is None:
+            options = WorkerOptions()
+        options.check_pull_only()
         self.registry = registry
         self.blob_cache = blob_cache
         self.options = options
-        pull = options.pull
+        pull = options.resolved_pull
+        self._stop_on_rejection = pull.stop_on_permanent_stream_rejection
         self.max_tasks = pull.resolved_max_tasks(self._default_slots())
         self.reserved_rpc_tasks = pull.resolved_reserved_rpc_tasks(self._default_slots())
         self.max_step_tasks = self.max_tasks - self.reserved_rpc_tasks
@@ -92,6 +112,10 @@ class AsyncWorker:
         self.flow_types = frozenset(spec.flow_type for spec in self._flow_specs)
         self.stopping = False
         self._started = False
+        self._closed = False
+        self._finished: asyncio.Event | None = None
+        self._ever_registered = False
+        self._permanent_error: PullRegistrationError | None = None
         self._stop_event: asyncio.Event | None = None
         self._registered: asyncio.Event | None = None
         self._session = Session(self)
@@ -106,17 +130,47 @@ class AsyncWorker:
 
     # ------------------------------------------------------------------ public API
 
+    @property
+    def worker_target(self) -> WorkerTarget:
+        """How the server reaches this Worker: always ``WorkerTarget(pull=True)``."""
+        return _PULL_TARGET
+
+    @property
+    def pull_reserved_rpc_declines(self) -> int:
+        """Step tasks declined so far because only the slots reserved for RPCs were free."""
+        return self.stats.reserved_rpc_declines
+
+    def pull_registration_state(self) -> PullRegistrationState:
+        """Snapshot of the registration: one entry per queue (sticky queue, Flow types).
+
+        One WebSocket registers every queue at once, so they all become ready together.
+        """
+        registered = self._ever_registered
+        error = self._permanent_error
+        queues = tuple(
+            PullQueueRegistrationState(
+                queue=name, has_registered_stream=registered, last_permanent_error=error
+            )
+            for name in (self.app_worker_id, *sorted(self.flow_types))
+        )
+        return PullRegistrationState(is_ready=registered, queues=queues)
+
     async def start(self) -> None:
         """Connect and serve tasks until ``stop()``; returns after the drain.
 
         Raises:
-            RuntimeError: the Worker was started before.
+            RuntimeError: the Worker was started before, or is closed.
+            PullRegistrationError: the server rejected the Worker for good and
+                ``PullWorkerOptions.stop_on_permanent_stream_rejection`` is set.
 
         """
+        if self._closed:
+            raise RuntimeError("AsyncWorker is closed")
         if self._started:
             raise RuntimeError("an AsyncWorker can be started only once")
         self._started = True
         self._events()
+        finished = self._finished_event()
         self._http = HttpTransport(
             self.options.server_address, credential=self.options.credential, timeout=60.0
         )
@@ -129,6 +183,29 @@ class AsyncWorker:
             await self._http.aclose()
             # handlers still running after the drain were cancelled: do not wait for them
             self._threads.shutdown(wait=False, cancel_futures=True)
+            finished.set()
+
+    async def close(self) -> None:
+        """Stop the Worker (draining running tasks) and wait until ``start()`` returned.
+
+        Safe to call more than once, before ``start()`` and from another task than the
+        one running ``start()``; the Worker cannot be started afterwards.
+        """
+        self._closed = True
+        await self.stop()
+        if self._started:
+            await self._finished_event().wait()
+
+    async def __aenter__(self) -> AsyncWorker:
+        return self
+
+    async def __aexit__(
+        self,
+        exception_type: type[BaseException] | None,
+        exception: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking tasks, let running ones finish, then disconnect.
@@ -151,11 +228,27 @@ class AsyncWorker:
 
         Raises:
             TimeoutError: not registered within ``timeout`` seconds.
+            PullRegistrationError: the Worker stopped after a permanent rejection
+                (``stop_on_permanent_stream_rejection``).
 
         """
         registered = self._events()[1]
+        finished = self._finished_event()
         async with asyncio.timeout(timeout):
-            await registered.wait()
+            waiters = {
+                asyncio.ensure_future(registered.wait()),
+                asyncio.ensure_future(finished.wait()),
+            }
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+        if registered.is_set():
+            return
+        if self._permanent_error is not None:
+            raise self._permanent_error
+        raise RuntimeError("the Worker stopped before it registered")
 
     def is_registered(self) -> bool:
         """Whether the Worker currently has a registered session."""
@@ -217,6 +310,11 @@ class AsyncWorker:
 
     # ------------------------------------------------------------------ internals
 
+    def _finished_event(self) -> asyncio.Event:
+        if self._finished is None:
+            self._finished = asyncio.Event()
+        return self._finished
+
     def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
         if self._stop_event is None or self._registered is None:
             self._stop_event = asyncio.Event()
@@ -234,10 +332,10 @@ class AsyncWorker:
         stop_event, registered = self._events()
         backoff = _BACKOFF_MIN_S
         url = ws_url(self.options.server_address, "/v1/worker")
-        headers = auth_headers(self.options.credential)
         while not self.stopping:
             delay = backoff
             try:
+                headers = await self._auth_headers()
                 async with connect(
                     url,
                     additional_headers=headers,
@@ -249,6 +347,8 @@ class AsyncWorker:
                     await session.register(ws, _REGISTER_TIMEOUT_S)
                     self.stats.connections += 1
                     backoff = _BACKOFF_MIN_S
+                    self._ever_registered = True
+                    self._permanent_error = None
                     registered.set()
                     log.info("registered as %s at %s", self.app_worker_id, url)
                     await self._serve_until_stop(session, stop_event)
@@ -256,14 +356,20 @@ class AsyncWorker:
             except RegistrationRejectedError as exc:
                 permanent = exc.code in _PERMANENT_CODES
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                if permanent:
+                    self._rejected(exc)
                 log.error("server rejected the Worker registration (%s); retry in %ss", exc, delay)
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 permanent = status in (401, 403)
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                if permanent:
+                    self._rejected(exc)
                 log.error(
                     "server refused the Worker connection (HTTP %s); retry in %ss", status, delay
                 )
+            except _CredentialError as exc:
+                log.error("Worker credential failed (%s); retry in %.1fs", exc.__cause__, delay)
             except (OSError, TimeoutError, InvalidHandshake, WebSocketException) as exc:
                 log.warning("Worker connection failed (%s); retry in %.1fs", exc, delay)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
@@ -271,6 +377,20 @@ class AsyncWorker:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await stop_event.wait()
+
+    async def _auth_headers(self) -> dict[str, str]:
+        try:
+            return auth_headers(await resolve_token(self.options.credential))
+        except Exception as exc:  # the credential's own failure: retry like a lost connection
+            raise _CredentialError() from exc
+
+    def _rejected(self, exc: BaseException) -> None:
+        """Record a permanent rejection; raise it when the options say to stop on it."""
+        error = PullRegistrationError(self.app_worker_id, exc)
+        self._permanent_error = error
+        if self._stop_on_rejection:
+            self.stopping = True
+            raise error from exc
 
     async def _serve_until_stop(self, session: Session, stop_event: asyncio.Event) -> None:
         serving = asyncio.create_task(session.serve(), name="dex-worker-session")
@@ -286,7 +406,7 @@ class AsyncWorker:
         drain = (
             self._drain_timeout
             if self._drain_timeout is not None
-            else self.options.pull.resolved_drain_timeout()
+            else self.options.resolved_pull.resolved_drain_timeout()
         )
         await session.drain(drain)
         await serving

@@ -322,6 +322,7 @@ class Session:
             reason = "no_capacity"
         elif task.kind != "rpc" and self._steps_running >= worker.max_step_tasks:
             reason = "no_capacity"
+            worker.stats.reserved_rpc_declines += 1
         if reason is not None:
             worker.stats.tasks_rejected += 1
             self.send(Reject(task_id=task.task_id, reason=reason), task.task_id)

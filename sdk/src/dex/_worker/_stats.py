@@ -15,6 +15,8 @@ class WorkerStats:
         tasks_received: task frames received.
         tasks_completed: results sent.
         tasks_rejected: tasks declined (no slot, unknown Flow type, stopping).
+        reserved_rpc_declines: Step tasks declined because only the slots reserved for
+            RPCs were free (also counted in ``tasks_rejected``).
         tasks_cancelled: tasks cancelled by the server, by ``stop()`` or by a lost connection.
         blob_fetches: blobs downloaded from the server.
         blob_cache_hits: blob references served locally.
@@ -25,6 +27,7 @@ class WorkerStats:
     tasks_received: int = 0
     tasks_completed: int = 0
     tasks_rejected: int = 0
+    reserved_rpc_declines: int = 0
     tasks_cancelled: int = 0
     blob_fetches: int = 0
     blob_cache_hits: int = 0

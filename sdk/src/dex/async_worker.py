@@ -1,0 +1,7 @@
+"""The asyncio Worker: ``AsyncWorker``."""
+
+from __future__ import annotations
+
+from dex._worker import AsyncWorker
+
+__all__ = ["AsyncWorker"]
