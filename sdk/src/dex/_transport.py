@@ -9,7 +9,9 @@ it into the ``dex.errors`` class of its code. Failing to reach the server at all
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+import inspect
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import msgspec
@@ -52,11 +54,31 @@ def ws_url(address: str, path: str) -> str:
     return base + path
 
 
+class TokenSource(Protocol):
+    """A credential object: ``token()`` returns the current bearer token (or awaits it)."""
+
+    def token(self) -> str | Awaitable[str]: ...
+
+
 def auth_headers(credential: str | None) -> dict[str, str]:
     """Return the ``Authorization`` header for a bearer token (none without a credential)."""
     if not credential:
         return {}
     return {"Authorization": f"Bearer {credential}"}
+
+
+async def credential_token(credential: str | TokenSource | None) -> str | None:
+    """Return the bearer token of ``credential``: a string as is, else ``token()``'s answer.
+
+    ``token()`` runs in a worker thread (it may read a file or exchange a key over the
+    network); an awaitable it returns is awaited on the caller's loop.
+    """
+    if credential is None or isinstance(credential, str):
+        return credential or None
+    value = await asyncio.to_thread(credential.token)
+    if inspect.isawaitable(value):
+        value = await value
+    return str(value) or None
 
 
 def error_from_response(response: httpx.Response, flow_id: str | None = None) -> DexServiceError:
@@ -115,15 +137,18 @@ class HttpTransport:
         self,
         address: str,
         *,
-        credential: str | None,
+        credential: str | TokenSource | None,
         timeout: float | None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = http_base_url(address)
         self.timeout = timeout
+        static = credential if credential is None or isinstance(credential, str) else None
+        # A credential object is asked for its token before each request (it may rotate).
+        self._token_source = None if static is not None or credential is None else credential
         self._http = http or httpx.AsyncClient(
             base_url=self.base_url,
-            headers=auth_headers(credential),
+            headers=auth_headers(static),
             timeout=httpx.Timeout(timeout),
         )
 
@@ -179,7 +204,9 @@ class HttpTransport:
         when the connection fails before an answer arrives.
         """
         content = None if body is None else encoder.encode(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = {"Content-Type": "application/json"} if content is not None else {}
+        if self._token_source is not None:
+            headers.update(auth_headers(await credential_token(self._token_source)))
         retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
         for delay in (*_RETRY_DELAYS_S, None):
             try:
