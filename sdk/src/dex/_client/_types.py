@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar, overload
 
 from dex._codec import Codec, codec_for
-from dex._protocol import CompletionWire, FlowInfoWire, FlowResultWire, StreamMessageWire
+from dex._protocol import FlowInfoWire, FlowResultWire, StreamMessageWire
 
 T = TypeVar("T")
 
@@ -109,10 +109,11 @@ class FlowInfo:
 class StepCompletion:
     """One Step that closed the Flow with an output, as ``FlowResult.completions`` lists it.
 
-    Built by the Client from the server's answer: ``completion`` is the wire record
-    (``step_type``, ``step_execution_id`` and the raw JSON ``output``), ``decoder`` maps a
-    type to its codec (the Client passes its Registry's ``codec_for``, so custom codecs
-    apply; None uses the built-in codecs).
+    Built by the Client from the server's answer: ``completion`` is any record with
+    ``step_type``, ``step_execution_id`` and the raw JSON ``output`` (bytes, or None)
+    such as the wire's ``CompletionWire``; ``decoder`` maps a type to its ``Codec`` (a
+    callable such as ``Registry.codec_for``, so custom codecs apply; None uses the
+    built-in codecs).
 
     Attributes:
         step_type: the Step type.
@@ -123,13 +124,12 @@ class StepCompletion:
 
     __slots__ = ("_codec_for", "_output", "_step_execution_id", "_step_type")
 
-    def __init__(
-        self, completion: CompletionWire, decoder: Callable[[object], Codec] | None = None
-    ) -> None:
-        self._step_type = completion.step_type
-        self._step_execution_id = completion.step_execution_id
-        self._output = None if completion.output is None else bytes(completion.output)
-        self._codec_for = decoder if decoder is not None else codec_for
+    def __init__(self, completion: Any, decoder: Any = None) -> None:
+        self._step_type: str = completion.step_type
+        self._step_execution_id: str = completion.step_execution_id
+        output = completion.output
+        self._output = None if output is None else bytes(output)
+        self._codec_for: Callable[[object], Codec] = decoder if decoder is not None else codec_for
 
     @property
     def step_type(self) -> str:
