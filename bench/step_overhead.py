@@ -53,8 +53,11 @@ class Chain(dex.Flow[int]):
         return dex.StepList.start_step(Noop())
 
 
+CHAIN = Chain()  # Client calls take the instance the Registry holds
+
+
 def registry() -> dex.Registry:
-    return dex.Registry([Chain()], allow_async_handlers=True)
+    return dex.Registry([CHAIN], allow_async_handlers=True)
 
 
 # --------------------------------------------------------------------------- processes
@@ -129,7 +132,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def run_chain(client: dex.AsyncClient, steps: int) -> str:
     flow_id = f"chain-{uuid.uuid4().hex[:10]}"
-    await client.start_flow(Chain(), flow_id, steps)
+    await client.start_flow(CHAIN, flow_id, steps)
     result = await client.wait_for_flow(flow_id, timeout=600)
     if result.status is not dex.FlowStatus.COMPLETED:
         raise SystemExit(f"{flow_id} ended {result.status.value}: {result.error_message}")

@@ -101,8 +101,12 @@ class OutputFailover(dex.Flow[str]):
         return dex.StepList.start_step(Chatty())
 
 
+SILENT = SilentFailover()  # Client calls take the instances the Registry holds
+OUTPUT = OutputFailover()
+
+
 def registry() -> dex.Registry:
-    return dex.Registry([SilentFailover(), OutputFailover()], allow_async_handlers=True)
+    return dex.Registry([SILENT, OUTPUT], allow_async_handlers=True)
 
 
 # --------------------------------------------------------------------------- Worker child
@@ -150,7 +154,7 @@ async def one_sample(
 ) -> tuple[float, subprocess.Popen[bytes]]:
     """Run one kill on ``live`` (the only connected Worker); return (ms, the survivor)."""
     tag = f"fo-{uuid.uuid4().hex[:12]}"
-    flow: dex.Flow[str] = OutputFailover() if output else SilentFailover()
+    flow: dex.Flow[str] = OUTPUT if output else SILENT
     await client.start_flow(flow, tag, tag)
     await wait_file(directory / f"{tag}.reached", f"{tag} to park on Worker {live.pid}")
     standby = spawn_worker(address)

@@ -125,5 +125,9 @@ class OrderFlow(dex.Flow[Order]):
         return STATUS.get(ctx) or "new"
 
 
+ORDER_FLOW = OrderFlow()
+"""The registered instance: Client calls take this very object."""
+
+
 def registry() -> dex.Registry:
-    return dex.Registry([OrderFlow()])
+    return dex.Registry([ORDER_FLOW])

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import dex
-from order_flow import COOLING_OFF, Order, OrderFlow, registry
+from order_flow import COOLING_OFF, ORDER_FLOW, Order, registry
 from rich.console import Console
 from rich.table import Table
 
@@ -156,7 +156,7 @@ async def demo(workdir: Path, keep: bool) -> int:
 
         options = dex.ClientOptions(server_address=address)
         async with dex.AsyncClient(registry(), options=options) as client:
-            flow = OrderFlow()
+            flow = ORDER_FLOW
             flow_id = f"order-{uuid.uuid4().hex[:8]}"
             order = Order(order_id=flow_id, item="teapot", quantity=2, amount_cents=4200)
             step(f"Starting OrderFlow [bold]{flow_id}[/]")

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from dex import FlowStatus, StepDecision
+from dex import FlowErrorType, FlowStatus, StepDecision
 from dex._spec import decision_spec
 from dex.errors import InvalidStepResultError
 
@@ -35,7 +35,7 @@ async def test_an_empty_fan_out_fails_the_flow_as_invalid_user_code(tmp_path: Pa
         result = await stack.client.wait_for_flow(tag, timeout=30)
 
         assert result.status is FlowStatus.FAILED
-        assert result.error_type == "INVALID_USER_FLOW_CODE"
+        assert result.error_type is FlowErrorType.INVALID_USER_FLOW_CODE
         assert "at least one StepMovement" in (result.error_message or "")
         assert [line.split()[:2] for line in read_log(tmp_path, tag)] == [["fan-out", "1"]]
         types = [e.type for e in await history(stack.client, tag)]

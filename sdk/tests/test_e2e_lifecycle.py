@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from dex import FlowStatus, IdReusePolicy, StartFlowOptions, StopFlowOptions, StopType
+from dex import (
+    FlowErrorType,
+    FlowStatus,
+    IdReusePolicy,
+    StartFlowOptions,
+    StopFlowOptions,
+    StopType,
+)
 from dex.errors import (
     ChannelMessageNotFoundError,
     FlowAlreadyStartedError,
@@ -113,7 +120,8 @@ async def test_stop_types(stack: Stack, stop_type: StopType, status: FlowStatus)
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.status is status
     if stop_type is StopType.FAIL:
-        assert result.error_type == "CLIENT_API_FAILING_FLOW"
+        assert result.error_type is FlowErrorType.CLIENT_API_FAILED
+        assert result.error_code == "CLIENT_API_FAILING_FLOW"
         assert "operator" in (result.error_message or "")
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await stack.client.stop_flow(flow_id)

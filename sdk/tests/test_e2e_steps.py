@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from dex import FlowStatus
+from dex import FlowErrorType, FlowStatus
 from dex.errors import LongPollTimeoutError
 
 from tests.e2e_flows import step_flows, time_flows
@@ -133,7 +133,7 @@ async def test_force_fail_fails_the_flow_with_the_reason(stack: Stack) -> None:
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
 
     assert result.status is FlowStatus.FAILED
-    assert result.error_type == "STEP_DECISION_FAILING_FLOW"
+    assert result.error_type is FlowErrorType.STEP_DECISION_FAILED
     assert "decided to fail" in (result.error_message or "")
     assert (await stack.client.describe_flow(flow_id)).status is FlowStatus.FAILED
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from dex import FlowStatus
+from dex import FlowErrorType, FlowStatus
 
 from tests.e2e_flows import time_flows
 from tests.e2e_flows.common import read_log
@@ -76,7 +76,7 @@ async def test_exhausted_retries_without_a_route_fail_the_flow(stack: Stack) -> 
     await stack.client.start_flow(time_flows.EXHAUSTED_FLOW, flow_id, flow_id)
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.status is FlowStatus.FAILED
-    assert result.error_type == "WORKER_API_FAIL"
+    assert result.error_type is FlowErrorType.WORKER_API_FAILED
     assert "no route out" in (result.error_message or "")
     events = await history(stack.client, flow_id)
     failed = [payload(e) for e in events if e.type == "StepExecuteFailed"]

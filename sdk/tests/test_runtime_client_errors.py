@@ -140,6 +140,8 @@ def test_flow_status_values_match_the_wire() -> None:
         "failed",
         "canceled",
         "terminated",
+        "server_side_timeout_internal_only",
+        "continued_as_new",
     ]
     assert not FlowStatus.RUNNING.is_closed
     assert FlowStatus.FAILED.is_closed

@@ -7,12 +7,14 @@ import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from dex import (
     AsyncClient,
     Client,
     ClientOptions,
+    Flow,
     FlowStatus,
     StartFlowOptions,
 )
@@ -34,6 +36,12 @@ from tests.support.smoke_flows import (
 
 FACTORY = "tests.support.smoke_flows:registry"
 REGISTRY = registry()
+F = TypeVar("F", bound=Flow[Any])
+
+
+def registered(cls: type[F]) -> F:
+    """The instance of ``cls`` the Registry holds: Client calls take that very object."""
+    return next(f for f in REGISTRY.flows if isinstance(f, cls))
 
 
 def _id(prefix: str) -> str:
@@ -64,7 +72,7 @@ async def client(server: RunningServer) -> AsyncIterator[AsyncClient]:
 
 async def test_two_step_flow_runs_to_completion(worker: WorkerProcess, client: AsyncClient) -> None:
     flow_id = _id("two")
-    run_id = await client.start_flow(TwoSteps(), flow_id, 4)
+    run_id = await client.start_flow(registered(TwoSteps), flow_id, 4)
     result = await client.wait_for_flow(flow_id, timeout=20)
     assert result.status is FlowStatus.COMPLETED
     assert result.single_output(int) == 50
@@ -85,13 +93,13 @@ async def test_wait_for_unknown_and_open_flows(worker: WorkerProcess, client: As
     with pytest.raises(FlowNotFoundError):
         await client.describe_flow(_id("missing"))
     flow_id = _id("open")
-    await client.start_flow(Counter(), flow_id)
+    await client.start_flow(registered(Counter), flow_id)
     with pytest.raises(LongPollTimeoutError):
         await client.wait_for_flow(flow_id, timeout=0.3)
 
 
 async def test_rpc_round_trip(worker: WorkerProcess, client: AsyncClient) -> None:
-    flow = Counter()
+    flow = registered(Counter)
     flow_id = _id("rpc")
     await client.start_flow(flow, flow_id, options=StartFlowOptions().with_attribute(COUNT, 2))
     assert await client.invoke_rpc(flow.add, flow_id, 3) == 5
@@ -101,7 +109,7 @@ async def test_rpc_round_trip(worker: WorkerProcess, client: AsyncClient) -> Non
 
 async def test_stream_write_and_read(worker: WorkerProcess, client: AsyncClient) -> None:
     flow_id = _id("stream")
-    await client.start_flow(Emitter(), flow_id, 3)
+    await client.start_flow(registered(Emitter), flow_id, 3)
     token = ""
     seen = []
     for _ in range(3):
@@ -125,12 +133,12 @@ async def test_stream_write_and_read(worker: WorkerProcess, client: AsyncClient)
 
 def test_sync_client(server: RunningServer, worker: WorkerProcess) -> None:
     with Client(REGISTRY, options=ClientOptions(server_address=server.address)) as client:
-        assert client.health_check().ok
+        assert client.health_check() is True
         flow_id = _id("sync")
-        client.start_flow(TwoSteps(), flow_id, 1)
+        client.start_flow(registered(TwoSteps), flow_id, 1)
         assert client.wait_for_flow(flow_id, timeout=20).single_output(int) == 20
         assert client.describe_flow(flow_id).status is FlowStatus.COMPLETED
-        counter = Counter()
+        counter = registered(Counter)
         rpc_flow_id = _id("sync-rpc")
         client.start_flow(counter, rpc_flow_id)
         assert client.invoke_rpc(counter.add, rpc_flow_id, 4) == 4
@@ -141,7 +149,7 @@ async def test_sigterm_drains_running_task(
 ) -> None:
     gate = FileGate(tmp_path / "gates", "slow")
     flow_id = _id("drain")
-    await client.start_flow(SlowFlow(), flow_id, "x")
+    await client.start_flow(registered(SlowFlow), flow_id, "x")
     await gate.async_wait_until_reached(timeout=20)
     worker.send_signal(signal.SIGTERM)
     assert worker.is_alive()  # draining: the Step is still inside the gate
@@ -160,7 +168,9 @@ async def test_worker_fetches_a_big_blob_once(
     big = "x" * 50_000  # far over the server's blob threshold
     flow_id = _id("blob")
     steps = 5
-    await client.start_flow(BigValue(), flow_id, steps, StartFlowOptions().with_attribute(BIG, big))
+    await client.start_flow(
+        registered(BigValue), flow_id, steps, StartFlowOptions().with_attribute(BIG, big)
+    )
     result = await client.wait_for_flow(flow_id, timeout=20)
     assert result.single_output(int) == len(big)
     assert await asyncio.to_thread(worker.terminate, 20) == 0
@@ -181,7 +191,7 @@ async def test_blob_cache_survives_worker_restart(
         ) as proc:
             flow_id = _id(f"cache{round_}")
             options = StartFlowOptions().with_attribute(BIG, big)
-            await client.start_flow(BigValue(), flow_id, 2, options)
+            await client.start_flow(registered(BigValue), flow_id, 2, options)
             assert (await client.wait_for_flow(flow_id, timeout=20)).single_output(int) == len(big)
             assert await asyncio.to_thread(proc.terminate, 20) == 0
             fetches.append(proc.stats()["blob_fetches"])
@@ -194,11 +204,11 @@ async def test_token_auth_for_client_and_worker(tmp_path: Path) -> None:
         async with anonymous:
             with pytest.raises(UnauthenticatedError):
                 await anonymous.describe_flow("any")
-            assert (await anonymous.health_check()).ok  # health needs no token
+            assert await anonymous.health_check() is True  # health needs no token
         options = ClientOptions(server_address=srv.address, credential="s3cret")
         with WorkerProcess(FACTORY, server_address=srv.address, credential="s3cret"):
             async with AsyncClient(REGISTRY, options=options) as authed:
                 flow_id = _id("auth")
-                await authed.start_flow(TwoSteps(), flow_id, 0)
+                await authed.start_flow(registered(TwoSteps), flow_id, 0)
                 result = await authed.wait_for_flow(flow_id, timeout=20)
                 assert result.single_output(int) == 10

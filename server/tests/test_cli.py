@@ -111,7 +111,7 @@ class Stack:
 
 
 async def _start_flows(address: str, example: ModuleType, done_id: str, open_id: str) -> None:
-    flow = example.OrderFlow()
+    flow = example.ORDER_FLOW
     options = dex.ClientOptions(server_address=address)
     async with dex.AsyncClient(example.registry(), options=options) as client:
         for flow_id in (done_id, open_id):

@@ -122,21 +122,35 @@ __all__: list[str] = [
 from dex._blob_cache import BlobCache, BlobCacheConfig, open_blob_cache
 from dex._client import (
     AsyncClient,
+    AttributeMatch,
     Client,
     ClientOptions,
     FlowCompletion,
+    FlowErrorType,
     FlowInfo,
     FlowListPage,
     FlowResult,
     FlowStatus,
+    FlowTimeoutHandlerOptions,
+    FlowTimeoutPolicy,
+    HealthInfo,
     IdReusePolicy,
     RPCInvokeOptions,
+    SearchFlowEntry,
+    SearchFlowsPage,
     StartFlowOptions,
+    StepCompletion,
     StopFlowOptions,
     StopType,
     StreamMessage,
     StreamMessagesPage,
+    TimeTravelOptions,
+    TimeTravelStepMethod,
+    TimeTravelType,
+    WaitForAttributeOptions,
+    WaitForStepCompletionOptions,
 )
+from dex._flow_config import ActiveStepSearchMode, FlowConfig
 from dex._protocol import (
     AttributeRangeSpec,
     AttributeValuesWire,
@@ -145,6 +159,7 @@ from dex._protocol import (
     HistoryPage,
     ReadAttributesRequest,
 )
+from dex._step_execution import StepExecutionId, TimerId
 from dex._worker import (
     AsyncWorker,
     PullWorkerOptions,
@@ -152,6 +167,7 @@ from dex._worker import (
     WorkerOptions,
     WorkerStats,
 )
+from dex._worker_target import WorkerTarget
 
 # --------------------------------------------------------------------------- workers, codecs
 # Worker registration state, credentials and the Value codec API. This block is maintained
@@ -159,7 +175,7 @@ from dex._worker import (
 # isort: split
 from dex._codec import BOOL, BYTES, DOUBLE, INT64, STRING, JsonCodec, Value, WireKind
 from dex._credential import ApiKeyCredential, ApiKeyExchangeError, Credential, FileCredential
-from dex._worker import PullQueueRegistrationState, PullRegistrationState, WorkerTarget
+from dex._worker import PullQueueRegistrationState, PullRegistrationState
 from dex.errors import PullRegistrationError
 
 __all__ += [
@@ -182,8 +198,10 @@ __all__ += [
 ]
 
 __all__ += [
+    "ActiveStepSearchMode",
     "AsyncClient",
     "AsyncWorker",
+    "AttributeMatch",
     "AttributeRangeSpec",
     "AttributeValuesWire",
     "BlobCache",
@@ -191,22 +209,37 @@ __all__ += [
     "Client",
     "ClientOptions",
     "FlowCompletion",
+    "FlowConfig",
+    "FlowErrorType",
     "FlowInfo",
     "FlowListPage",
     "FlowResult",
     "FlowStateWire",
     "FlowStatus",
+    "FlowTimeoutHandlerOptions",
+    "FlowTimeoutPolicy",
+    "HealthInfo",
     "HealthResponse",
     "HistoryPage",
     "IdReusePolicy",
     "PullWorkerOptions",
     "RPCInvokeOptions",
     "ReadAttributesRequest",
+    "SearchFlowEntry",
+    "SearchFlowsPage",
     "StartFlowOptions",
+    "StepCompletion",
+    "StepExecutionId",
     "StopFlowOptions",
     "StopType",
     "StreamMessage",
     "StreamMessagesPage",
+    "TimeTravelOptions",
+    "TimeTravelStepMethod",
+    "TimeTravelType",
+    "TimerId",
+    "WaitForAttributeOptions",
+    "WaitForStepCompletionOptions",
     "Worker",
     "WorkerOptions",
     "WorkerStats",

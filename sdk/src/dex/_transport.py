@@ -122,11 +122,13 @@ class HttpTransport:
     ) -> None:
         self.base_url = http_base_url(address)
         self.timeout = timeout
+        # The credential is resolved per request (tokens may rotate), also on a given client.
+        auth = bearer_auth(credential)
         self._http = http or httpx.AsyncClient(
-            base_url=self.base_url,
-            auth=bearer_auth(credential),  # resolved per request: tokens may rotate
-            timeout=httpx.Timeout(timeout),
+            base_url=self.base_url, timeout=httpx.Timeout(timeout)
         )
+        if auth is not None:
+            self._http.auth = auth
 
     async def call(
         self,
@@ -180,7 +182,7 @@ class HttpTransport:
         when the connection fails before an answer arrives.
         """
         content = None if body is None else encoder.encode(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = {"Content-Type": "application/json"} if content is not None else {}
         retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
         for delay in (*_RETRY_DELAYS_S, None):
             try:

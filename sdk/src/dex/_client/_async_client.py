@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
+from collections.abc import Callable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -13,16 +16,21 @@ from dex._client._options import (
     RPCInvokeOptions,
     StartFlowOptions,
     StopFlowOptions,
+    TimeTravelOptions,
     seconds,
+    unsupported_start_option,
 )
 from dex._client._types import (
     FlowInfo,
     FlowListPage,
     FlowResult,
     FlowStatus,
+    SearchFlowsPage,
     StreamMessage,
     StreamMessagesPage,
 )
+from dex._client._wait_options import WaitForStepCompletionOptions
+from dex._flow_config import FlowConfig
 from dex._protocol import (
     AttributeValuesWire,
     ErrorCode,
@@ -44,8 +52,10 @@ from dex._protocol import (
     StreamReadResponse,
     StreamWriteRequest,
 )
+from dex._step_execution import StepExecutionId, TimerId
 from dex._transport import HttpTransport
-from dex.errors import LongPollTimeoutError
+from dex._worker_target import is_pull_target
+from dex.errors import LongPollTimeoutError, feature_not_available
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -62,10 +72,16 @@ class AsyncClient:
 
     Args:
         registry: the ``Registry`` of the Flows this client names; it supplies the
-            codecs of inputs, outputs and Stream values. An empty ``Registry([])`` is
-            enough for calls that decode no user values (tools such as a CLI).
+            codecs of inputs, outputs and Stream values. ``start_flow`` and ``invoke_rpc``
+            take the Flow instances it holds. An empty ``Registry([])`` is enough for
+            calls that decode no user values (tools such as a CLI).
         blob_cache: optional shared ``BlobCache`` (reserved for large-value reads).
-        options: server address, credential and request timeout.
+        options: server address, credential and request timeout; None (the default)
+            means ``ClientOptions()``.
+
+    Raises:
+        FeatureNotAvailableError: ``options.worker_target`` names listening Workers
+            (this release runs pull Workers only).
 
     Use ``async with AsyncClient(...) as client`` or call ``close()``. One instance may be
     used by many tasks of one event loop at once (it pools HTTP connections); do not share
@@ -82,8 +98,12 @@ class AsyncClient:
         self,
         registry: Registry,
         blob_cache: BlobCache | None = None,
-        options: ClientOptions = ClientOptions(),  # noqa: B008 - frozen, safe to share
+        options: ClientOptions | None = None,
     ) -> None:
+        if options is None:
+            options = ClientOptions()
+        if not is_pull_target(options.worker_target):
+            feature_not_available("listening Workers (ClientOptions.worker_target)")
         self.registry = registry
         self.blob_cache = blob_cache
         self.options = options
@@ -102,9 +122,9 @@ class AsyncClient:
 
     async def __aexit__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exception_type: type[BaseException] | None,
+        exception: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -120,13 +140,18 @@ class AsyncClient:
         """Start a Flow and return its run ID once the server accepted it.
 
         Args:
-            flow: the registered Flow instance.
+            flow: the Flow instance the Registry holds.
             flow_id: the business ID of the execution: non-empty, at most 1,024 UTF-8 bytes.
             input: the start Step's input (must match its declared type; None when the
                 Flow has no start Step).
             options: ID reuse policy, idempotency, start delay, initial Attributes.
 
         Raises:
+            FlowDefinitionError: ``flow`` is not the instance the Registry holds (another
+                instance of the same class included), or its type is not registered.
+            FeatureNotAvailableError: ``options`` sets a Flow timeout, a Flow retry policy,
+                or a ``config_override`` field this release does not run (checked before
+                anything is sent).
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
             BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
@@ -136,6 +161,9 @@ class AsyncClient:
         """
         _defs.check_flow_id(flow_id)
         spec = _defs.flow_spec(self.registry, flow)
+        unsupported = unsupported_start_option(options)
+        if unsupported is not None:
+            feature_not_available(unsupported)
         encoded = _defs.encode_start_input(self.registry, flow, input)
         request = StartFlowRequest(
             flow_type=spec.flow_type,
@@ -149,7 +177,7 @@ class AsyncClient:
             initial_attributes=[
                 InitialAttribute(name=name, value=value)
                 for name, value in _defs.encode_initial_attributes(
-                    self.registry, options.initial_attributes
+                    self.registry, options._attribute_initializations
                 )
             ],
             start_delay_s=seconds(options.start_delay),
@@ -173,18 +201,26 @@ class AsyncClient:
         request = StopFlowRequest(type=options.type.value, reason=options.reason)
         await self._http.raw("POST", f"/v1/flows/{_Q(flow_id)}/stop", body=request, flow_id=flow_id)
 
-    async def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
+    async def wait_for_flow(
+        self, flow_id: str, timeout: timedelta | float | None = None
+    ) -> FlowResult:
         """Wait until the Flow's latest run closes and return how it ended.
 
         The server long-polls in calls of at most 60 s; with ``timeout=None`` this keeps
         calling until the Flow closes.
 
+        Args:
+            flow_id: the Flow.
+            timeout: how long to wait at most, a ``timedelta`` or seconds (fractions
+                allowed); None waits until the Flow closes.
+
         Raises:
-            LongPollTimeoutError: ``timeout`` seconds passed and the Flow is still running.
+            LongPollTimeoutError: ``timeout`` passed and the Flow is still running.
             FlowNotFoundError: no such Flow.
+            ValueError: ``timeout`` is negative or not finite.
 
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         while True:
             wait_s = _LONG_POLL_CAP_S
             if deadline is not None:
@@ -206,7 +242,7 @@ class AsyncClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise _long_poll_timeout(flow_id, timeout)
                 continue
-            return FlowResult.from_wire(wire)
+            return FlowResult.from_wire(wire, self.registry.codec_for)
 
     async def describe_flow(self, flow_id: str) -> FlowInfo:
         """Describe the Flow's latest run (running or retained closed).
@@ -323,18 +359,22 @@ class AsyncClient:
 
     async def invoke_rpc(
         self,
-        bound_rpc: Any,
+        rpc_method: Callable[..., Any],
         flow_id: str,
-        input: Any = None,
+        input: object = None,
         *,
         run_id: str = "",
         options: RPCInvokeOptions = RPCInvokeOptions(),  # noqa: B008
     ) -> Any:
         """Invoke an RPC of a Flow (``client.invoke_rpc(flow.my_rpc, flow_id, input)``).
 
-        Returns the decoded output (None for an RPC without output).
+        ``rpc_method`` is an ``@rpc`` method accessed on the Flow instance the Registry
+        holds. Returns the decoded output (None for an RPC without output). ``input=None``
+        is sent as null whatever the input type; the Worker's decoder decides whether the
+        RPC accepts it.
 
         Raises:
+            FlowDefinitionError: ``rpc_method`` is not an RPC of the registered instance.
             WorkerInvocationError: the handler raised (``detail`` has its type and message).
             RpcLockConflictError: a requested lock is held; retry later.
             FlowNotActiveOrNotFoundError: the Flow is missing, or closed and the RPC needs
@@ -343,16 +383,20 @@ class AsyncClient:
             ValueMappingError: ``input`` or the output does not match the declared types.
 
         """
-        rpc = _defs.rpc_call_info(self.registry, bound_rpc)
-        loads = [_defs.map_instance_name(m, k) for m, k in options.load_attribute_map_instances]
-        locks = [_defs.map_instance_name(m, k) for m, k in options.lock_attribute_map_instances]
+        rpc = _defs.rpc_call_info(self.registry, rpc_method)
+        loads = [_defs.map_instance_name(i) for i in options.load_attribute_map_instances]
+        channel_loads = [_defs.map_instance_name(i) for i in options.load_channel_map_instances]
+        locks = [_defs.map_instance_name(i) for i in options.lock_attribute_map_instances]
         timeout_s = seconds(options.timeout)
+        extra = None
+        if loads or channel_loads:
+            extra = LoadSpec(attribute_map_instances=loads, channel_map_instances=channel_loads)
         request = InvokeRpcRequest(
             rpc_name=rpc.name,
             input=rpc.encode_input(input),
             run_id=run_id,
             timeout_s=timeout_s,
-            extra_loads=LoadSpec(attribute_map_instances=loads) if loads else None,
+            extra_loads=extra,
             extra_locks=locks,
         )
         http_timeout = (timeout_s if timeout_s is not None else rpc.timeout_s) + _LONG_POLL_SLACK_S
@@ -393,18 +437,20 @@ class AsyncClient:
         flow_id: str,
         stream: Any,
         resume_token: str = "",
-        timeout: float | None = None,
-    ) -> StreamMessage:
+        timeout: timedelta | float | None = None,
+    ) -> StreamMessage[Any]:
         """Return the next retained message after ``resume_token`` (oldest when empty).
 
-        Long-polls until a message arrives; ``timeout=None`` waits indefinitely.
+        Long-polls until a message arrives; ``timeout`` (a ``timedelta`` or seconds) caps
+        the wait, ``None`` waits indefinitely.
 
         Raises:
-            LongPollTimeoutError: no message within ``timeout`` seconds.
+            LongPollTimeoutError: no message within ``timeout``.
+            ValueError: ``timeout`` is negative or not finite.
 
         """
         target = _defs.stream_target(self.registry, stream)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         while True:
             wait_s = _LONG_POLL_CAP_S
             if deadline is not None:
@@ -436,8 +482,12 @@ class AsyncClient:
         stream: Any,
         page_size: int = 100,
         before_page_token: str = "",
-    ) -> StreamMessagesPage:
-        """List retained Stream messages newest first (server caps a page at 1000)."""
+    ) -> StreamMessagesPage[Any]:
+        """List retained Stream messages newest first (server caps a page at 1000).
+
+        Pass the page's ``next_page_token`` as ``before_page_token`` for older messages;
+        it is ``""`` on the oldest page.
+        """
         target = _defs.stream_target(self.registry, stream)
         params = {"page_size": str(page_size)}
         if before_page_token:
@@ -446,31 +496,137 @@ class AsyncClient:
             "GET", target.path(flow_id), StreamListResponse, params=params, flow_id=flow_id
         )
         return StreamMessagesPage(
-            messages=tuple(
-                StreamMessage.from_wire(m, target.decode(m.value)) for m in wire.messages
-            ),
-            before_page_token=wire.before_page_token or None,
+            tuple(StreamMessage.from_wire(m, target.decode(m.value)) for m in wire.messages),
+            wire.before_page_token or "",
         )
 
     # ------------------------------------------------------------------ server
 
-    async def health_check(self) -> HealthResponse:
-        """Check the server answers; returns its ``HealthResponse`` (ok, version, store).
+    async def health_check(self) -> bool:
+        """Return whether the server answers and is healthy (False while it is degraded).
+
+        ``get_health`` gives the details (version, store, the reason of a degraded state).
 
         Raises:
-            ServiceUnavailableError: the server cannot be reached or is unhealthy.
+            ServiceUnavailableError: the server cannot be reached.
+
+        """
+        return (await self.get_health()).ok
+
+    async def get_health(self) -> HealthResponse:
+        """Return the server's ``HealthResponse``: ok, status, reason, version and store.
+
+        Needs no credential. Safe to call concurrently.
+
+        Raises:
+            ServiceUnavailableError: the server cannot be reached.
 
         """
         return await self._http.call("GET", "/v1/health", HealthResponse)
+
+    # ------------------------------------------------------------------ not run yet
+    # Parts of the Dex model this release names but does not run: each raises
+    # FeatureNotAvailableError before anything is sent.
+
+    async def search_flows(
+        self,
+        query: str,
+        page_size: int,
+        next_page_token: str = "",
+        *,
+        include_continued_as_new: bool = False,
+    ) -> SearchFlowsPage:
+        """Search Flows by a query over indexed Attributes (not run yet).
+
+        ``list_flows`` lists Flows by type and status meanwhile.
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("Flow search (search_flows)")
+
+    async def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
+        """Fork a Flow's history into a new run and return its run ID (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("time travel (time_travel)")
+
+    async def skip_timer(
+        self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
+    ) -> None:
+        """Fire one pending timer of a Step's wait now (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("skipping timers (skip_timer)")
+
+    async def wait_for_step_completion(
+        self,
+        flow_id: str,
+        step_execution_id: StepExecutionId,
+        options: WaitForStepCompletionOptions,
+    ) -> None:
+        """Block until one Step execution completes (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("waiting for a Step (wait_for_step_completion)")
+
+    async def wait_for_attribute_match(
+        self, flow_id: str, attribute: Any, *args: object, **kwargs: object
+    ) -> Any:
+        """Block until an Attribute or map instance matches an ``AttributeMatch`` (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("waiting for an Attribute (wait_for_attribute_match)")
+
+    async def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
+        """Merge ``config`` into a running Flow's ``FlowConfig`` (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("Flow configuration updates (update_flow_config)")
+
+    async def trigger_continue_as_new(self, flow_id: str) -> None:
+        """Make a running Flow continue as a new run (not run yet).
+
+        Raises:
+            FeatureNotAvailableError: always, in this release.
+
+        """
+        feature_not_available("continue-as-new (trigger_continue_as_new)")
+
+
+def _deadline(timeout: timedelta | float | None) -> float | None:
+    """Monotonic deadline of a wait of ``timeout`` (None: no deadline)."""
+    s = seconds(timeout)
+    if s is None:
+        return None
+    if not math.isfinite(s) or s < 0:
+        raise ValueError(f"timeout must be finite and non-negative, got {timeout!r}")
+    return time.monotonic() + s
 
 
 def _fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _long_poll_timeout(flow_id: str, timeout: float | None) -> LongPollTimeoutError:
+def _long_poll_timeout(flow_id: str, timeout: timedelta | float | None) -> LongPollTimeoutError:
     return LongPollTimeoutError(
-        f"still waiting after {timeout}s",
+        f"still waiting after {seconds(timeout)}s",
         code=ErrorCode.LONG_POLL_TIMEOUT,
         flow_id=flow_id,
         retryable=True,

@@ -13,11 +13,10 @@ from dex._codec import WireCodec as Codec
 from dex._codec import codec_for
 from dex._flow import Flow
 from dex._protocol import MAX_FLOW_ID_BYTES, ErrorCode, FlowSpec
-from dex._registry import Registry
+from dex._registry import FlowEntry, Registry
 from dex._rpc import rpc_info
 from dex._spec import flow_spec as _flow_spec
 from dex._state._common import instance_name
-from dex._step import step_input_type
 from dex.errors import BadRequestError, FlowDefinitionError, LimitExceededError
 
 __all__ = [
@@ -29,6 +28,7 @@ __all__ = [
     "flow_segment",
     "flow_spec",
     "map_instance_name",
+    "registered_flow",
     "quote_segment",
     "rpc_call_info",
     "stream_target",
@@ -77,12 +77,34 @@ def _codec(registry: Registry | None, tp: object) -> Codec:
     return registry.codec_for(tp) if registry is not None else codec_for(tp)
 
 
-def flow_spec(registry: Registry, flow: Flow[Any]) -> FlowSpec:
-    """Return the Flow's wire spec (validated)."""
+def registered_flow(registry: Registry, flow: Flow[Any]) -> FlowEntry:
+    """Return the compiled entry of ``flow``, which must be the instance ``registry`` holds.
+
+    Raises:
+        FlowDefinitionError: the Flow's type is not registered, or ``flow`` is another
+            instance of it than the registered one.
+
+    """
+    flow_type = flow.get_flow_type()
     try:
-        return registry.flow_entry(flow.get_flow_type()).spec or _flow_spec(flow)
+        entry = registry.flow_entry(flow_type)
     except KeyError:
-        return _flow_spec(flow)
+        raise FlowDefinitionError(f"Flow is not registered: {flow_type}") from None
+    if entry.flow is not flow:
+        raise FlowDefinitionError(
+            f"Flow instance is not registered: {flow_type} (pass the instance the Registry holds)"
+        )
+    return entry
+
+
+def flow_spec(registry: Registry, flow: Flow[Any]) -> FlowSpec:
+    """Return the wire spec of a registered Flow instance.
+
+    Raises:
+        FlowDefinitionError: ``flow`` is not the registered instance of its type.
+
+    """
+    return registered_flow(registry, flow).spec or _flow_spec(flow)
 
 
 def encode_start_input(registry: Registry, flow: Flow[Any], value: Any) -> Raw | None:
@@ -93,11 +115,7 @@ def encode_start_input(registry: Registry, flow: Flow[Any], value: Any) -> Raw |
         FlowDefinitionError: the Flow has no start Step but an input was given.
 
     """
-    try:
-        input_type = registry.start_input_type(flow)
-    except KeyError:  # not registered: derive it from the definition itself
-        start = flow.get_steps().start
-        input_type = type(None) if start is None else step_input_type(start)
+    input_type = registry.start_input_type(flow)
     if input_type is type(None):
         if value is not None:
             raise FlowDefinitionError(
@@ -117,9 +135,21 @@ def encode_initial_attributes(registry: Registry, items: Iterable[Any]) -> list[
     return out
 
 
-def map_instance_name(attribute_map: Any, key: str) -> str:
-    """Physical name of one AttributeMap instance."""
-    return instance_name(attribute_map.name, key)
+def map_instance_name(item: Any) -> str:
+    """Physical name of one map instance: ``amap.lock(k)``, ``amap.load(k)``, or ``(map, k)``.
+
+    Raises:
+        TypeError: ``item`` is none of these.
+
+    """
+    physical = getattr(item, "physical", None)
+    if isinstance(physical, str):
+        return physical
+    if isinstance(item, tuple) and len(item) == 2:
+        return instance_name(item[0].name, item[1])
+    raise TypeError(
+        f"expected a map instance (amap.lock(key), amap.load(key) or (map, key)), got {item!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +164,10 @@ class RpcCall:
             if value is not None:
                 raise FlowDefinitionError(f"RPC {self.name!r} takes no input")
             return None
+        if value is None:
+            # None travels as JSON null for any input type: the Worker's decoder decides
+            # whether the RPC accepts it (the handler's error comes back to the caller).
+            return Raw(b"null")
         return Raw(self.input_codec.encode(value))
 
     def decode_output(self, data: Raw | None) -> Any:
@@ -143,8 +177,24 @@ class RpcCall:
 
 
 def rpc_call_info(registry: Registry, bound_rpc: Any) -> RpcCall:
-    """Name, timeout and codecs of ``flow.method`` for ``invoke_rpc``."""
+    """Name, timeout and codecs of ``flow.method`` for ``invoke_rpc``.
+
+    Raises:
+        FlowDefinitionError: ``bound_rpc`` is not an ``@rpc`` method of the Flow instance
+            ``registry`` holds.
+
+    """
     info = rpc_info(bound_rpc)
+    flow_type = info.flow.get_flow_type()
+    try:
+        registered = registry.flow_entry(flow_type).flow
+    except KeyError:
+        registered = None
+    if registered is not info.flow:
+        raise FlowDefinitionError(
+            f"RPC method is not registered: {flow_type}.{info.name} (call it on the Flow "
+            "instance the Registry holds)"
+        )
     return RpcCall(
         name=info.name,
         timeout_s=info.spec.timeout_s,

@@ -1,4 +1,9 @@
-"""Options of the Client calls: frozen keyword-only records with the spec's defaults."""
+"""Options of the Client calls: frozen records, positional in the documented order.
+
+Fields of features this release does not run yet (Flow timeouts, Flow retries, most of
+``FlowConfig``) are accepted as values; ``start_flow`` raises ``FeatureNotAvailableError``
+when one of them is set to anything but its default (see ``unsupported_start_option``).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,34 @@ import dataclasses
 import enum
 import math
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from dex._credential import CredentialLike
-from dex._options import seconds
+from dex._flow_config import FlowConfig, unsupported_flow_config
+from dex._options import RetryPolicy, StepDurability, seconds
 from dex._state._common import check_map_key
+from dex._worker_target import WorkerTarget
+
+if TYPE_CHECKING:
+    from dex._options import StepOptions
+    from dex._step import Step
 
 __all__ = [
     "ClientOptions",
+    "FlowTimeoutHandlerOptions",
+    "FlowTimeoutPolicy",
     "IdReusePolicy",
     "InitialAttribute",
     "RPCInvokeOptions",
     "StartFlowOptions",
     "StopFlowOptions",
     "StopType",
+    "TimeTravelOptions",
+    "TimeTravelStepMethod",
+    "TimeTravelType",
     "seconds",
+    "unsupported_start_option",
 ]
 
 
@@ -41,8 +58,8 @@ class IdReusePolicy(enum.Enum):
     DEFAULT = "default"
     ALLOW_IF_PREVIOUS_FAILED = "allow_if_previous_failed"
     ALLOW_IF_NOT_RUNNING = "allow_if_not_running"
-    DISALLOW = "disallow"
     ALLOW_TERMINATE_IF_RUNNING = "allow_terminate_if_running"
+    DISALLOW = "disallow"
 
 
 class StopType(enum.Enum):
@@ -53,18 +70,46 @@ class StopType(enum.Enum):
     FAIL = "fail"
 
 
-@dataclass(frozen=True, kw_only=True)
+class FlowTimeoutPolicy(enum.Enum):
+    """What a Flow's soft timeout does: fail it, cancel it, or run its timeout handler."""
+
+    DEFAULT = "default"
+    FAIL = "fail"
+    CANCEL = "cancel"
+    HANDLER = "handler"
+
+
+class TimeTravelType(enum.Enum):
+    """Where ``time_travel`` forks a Flow's history from."""
+
+    BEGINNING = "beginning"
+    HISTORY_EVENT_TIME = "history_event_time"
+    STEP_TYPE = "step_type"
+    STEP_EXECUTION_ID = "step_execution_id"
+
+
+class TimeTravelStepMethod(enum.Enum):
+    """Which method of the chosen Step a time-travel fork runs again."""
+
+    WAIT_FOR = "wait_for"
+    EXECUTE = "execute"
+
+
+@dataclass(frozen=True)
 class ClientOptions:
     """How a Client reaches the server.
 
     Attributes:
         server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
             default ``"localhost:8801"``.
+        worker_target: where Flows started by this Client send their tasks. None (the
+            default) and a pull target are what this release runs; a listening target
+            makes the Client raise ``FeatureNotAvailableError``.
         credential: a ``Credential`` (``FileCredential``, ``ApiKeyCredential``, your
             own) or a fixed bearer token string, for a server started with a token;
             None sends no token.
-        timeout: seconds a single request may take (default 30). Long polls
-            (``wait_for_flow``, ``read_stream``) add their own wait on top.
+        timeout: seconds a single request may take (default 30; keyword only). Long
+            polls (``wait_for_flow``, ``read_stream``) add their own wait on top.
 
     Raises:
         ValueError: ``timeout`` is not a finite positive number.
@@ -72,7 +117,9 @@ class ClientOptions:
     """
 
     server_address: str = "localhost:8801"
+    worker_target: WorkerTarget | None = None
     credential: CredentialLike = None
+    _: dataclasses.KW_ONLY
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
@@ -88,83 +135,201 @@ class InitialAttribute:
     value: Any
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
+class FlowTimeoutHandlerOptions:
+    """Options of a Flow's timeout handler method (``FlowTimeoutPolicy.HANDLER``).
+
+    Flow timeouts are not run by this release: a start that sets these raises
+    ``FeatureNotAvailableError``. The fields mirror a Step method's options.
+    """
+
+    method_timeout: timedelta | float | None = None
+    heartbeat_timeout: timedelta | float | None = None
+    retry: RetryPolicy | None = None
+    durability: StepDurability = StepDurability.DEFAULT
+    lock_attributes: tuple[Any, ...] = ()
+    load_attribute_maps: tuple[Any, ...] = ()
+    load_attribute_map_instances: tuple[Any, ...] = ()
+    load_channels: tuple[Any, ...] = ()
+    load_channel_maps: tuple[Any, ...] = ()
+    load_channel_map_instances: tuple[Any, ...] = ()
+    _failure_target: type[Step[None]] | None = None
+    _failure_options: StepOptions | None = None
+
+    def on_failure_proceed_to(
+        self, step: type[Step[None]], options: StepOptions | None = None
+    ) -> FlowTimeoutHandlerOptions:
+        """Return a copy whose handler, when it fails for good, moves to Step ``step``."""
+        return dataclasses.replace(self, _failure_target=step, _failure_options=options)
+
+
+@dataclass(frozen=True)
 class StartFlowOptions:
     """Options of ``start_flow``; immutable once the Flow started.
 
     Attributes:
+        timeout: soft timeout of the whole Flow (not run yet: set, it raises
+            ``FeatureNotAvailableError`` at ``start_flow``).
+        timeout_policy: what the soft timeout does (not run yet; ``DEFAULT`` only).
+        timeout_handler_options: options of the timeout handler (not run yet).
+        start_delay: accept the start now, run the start Step after this delay.
         id_reuse_policy: rule for a Flow ID used before (default ``IdReusePolicy.DEFAULT``).
-        request_id: idempotency key of this start; empty: the client picks a random one,
-            so a start it sends again after a lost connection never starts a second run.
+        retry_policy: retries of a failed Flow as a new run (not run yet).
+        _attribute_initializations: values written atomically with the Flow's creation;
+            add them with ``with_attribute``.
+        config_override: ``FlowConfig`` of this Flow (only ``step_durability`` and a pull
+            ``worker_target`` run; other fields raise ``FeatureNotAvailableError``).
         ignore_already_started: when the ID is taken by a run started with the same
             ``request_id``, return its run ID instead of raising
             ``FlowAlreadyStartedError``.
-        start_delay: accept the start now, run the start Step after this delay.
-        initial_attributes: values written atomically with the Flow's creation; add them
-            with ``with_attribute`` / ``with_attribute_map``.
+        request_id: idempotency key of this start; None or empty: the client picks a
+            random one, so a start it sends again after a lost connection never starts a
+            second run.
 
     Raises:
-        ValueError: ``start_delay`` is negative or not finite.
+        ValueError: ``start_delay`` or ``timeout`` is negative or not finite.
 
     """
 
-    id_reuse_policy: IdReusePolicy = IdReusePolicy.DEFAULT
-    request_id: str = ""
-    ignore_already_started: bool = False
+    timeout: timedelta | float | None = None
+    timeout_policy: FlowTimeoutPolicy = FlowTimeoutPolicy.DEFAULT
+    timeout_handler_options: FlowTimeoutHandlerOptions | None = None
     start_delay: timedelta | float | None = None
-    initial_attributes: tuple[InitialAttribute, ...] = ()
+    id_reuse_policy: IdReusePolicy = IdReusePolicy.DEFAULT
+    retry_policy: RetryPolicy | None = None
+    _attribute_initializations: tuple[InitialAttribute, ...] = ()
+    config_override: FlowConfig | None = None
+    ignore_already_started: bool = False
+    request_id: str | None = None
 
     def __post_init__(self) -> None:
         _check_duration("StartFlowOptions", "start_delay", self.start_delay, zero=True)
+        _check_duration("StartFlowOptions", "timeout", self.timeout, zero=False)
 
-    def with_attribute(self, attribute: Any, value: Any) -> StartFlowOptions:
-        """Return a copy that also sets the Attribute ``attribute`` to ``value`` at start."""
-        item = InitialAttribute(attribute=attribute, key=None, value=value)
-        return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
+    @property
+    def initial_attributes(self) -> tuple[InitialAttribute, ...]:
+        """The initial Attribute and AttributeMap values added with ``with_attribute``."""
+        return self._attribute_initializations
+
+    def with_attribute(self, attribute: Any, /, *args: Any) -> StartFlowOptions:
+        """Return a copy that also sets an initial value, written with the Flow's creation.
+
+        ``with_attribute(attribute, value)`` sets an Attribute;
+        ``with_attribute(attribute_map, key, value)`` sets one AttributeMap instance
+        (``key`` follows ``AttributeMap``'s rule: any non-empty string, ``/`` included).
+
+        Raises:
+            TypeError: the number of arguments does not fit the kind of ``attribute``.
+            InvalidMapKeyError: ``key`` is not a non-empty string (a ``ValueError``).
+
+        """
+        from dex._state import AttributeMap
+
+        if isinstance(attribute, AttributeMap):
+            if len(args) != 2:
+                raise TypeError(
+                    "with_attribute(attribute_map, key, value) takes a key and a value, "
+                    f"got {len(args)} argument(s) after the map"
+                )
+            return self.with_attribute_map(attribute, args[0], args[1])
+        if len(args) != 1:
+            raise TypeError(
+                "with_attribute(attribute, value) takes one value, "
+                f"got {len(args)} argument(s) after the Attribute"
+            )
+        item = InitialAttribute(attribute=attribute, key=None, value=args[0])
+        return self._adding(item)
 
     def with_attribute_map(self, attribute_map: Any, key: str, value: Any) -> StartFlowOptions:
         """Return a copy that also sets instance ``key`` of ``attribute_map`` at start.
 
-        ``key`` follows the rule of ``AttributeMap`` itself: any non-empty string, ``/``
-        included.
+        Same as ``with_attribute(attribute_map, key, value)``.
 
         Raises:
             InvalidMapKeyError: ``key`` is not a non-empty string (a ``ValueError``).
 
         """
         check_map_key(attribute_map.name, key)
-        item = InitialAttribute(attribute=attribute_map, key=key, value=value)
-        return dataclasses.replace(self, initial_attributes=(*self.initial_attributes, item))
+        return self._adding(InitialAttribute(attribute=attribute_map, key=key, value=value))
+
+    def _adding(self, item: InitialAttribute) -> StartFlowOptions:
+        items = (*self._attribute_initializations, item)
+        return dataclasses.replace(self, _attribute_initializations=items)
 
 
-@dataclass(frozen=True, kw_only=True)
+def unsupported_start_option(options: StartFlowOptions) -> str | None:
+    """Name the first option of ``options`` this release cannot run, or None."""
+    if options.timeout is not None:
+        return "Flow timeouts (StartFlowOptions.timeout)"
+    if options.timeout_policy is not FlowTimeoutPolicy.DEFAULT:
+        return "Flow timeouts (StartFlowOptions.timeout_policy)"
+    if options.timeout_handler_options is not None:
+        return "Flow timeouts (StartFlowOptions.timeout_handler_options)"
+    if options.retry_policy is not None:
+        return "Flow retries (StartFlowOptions.retry_policy)"
+    if options.config_override is not None:
+        return unsupported_flow_config(options.config_override)
+    return None
+
+
+@dataclass(frozen=True)
 class RPCInvokeOptions:
     """Per-call options of ``invoke_rpc``.
 
     Attributes:
-        timeout: seconds the server waits for the Worker; None uses the RPC's own timeout
-            (the server caps it at 60 s).
-        load_attribute_map_instances: extra map instances to deliver, as
-            ``(attribute_map, key)`` pairs.
-        lock_attribute_map_instances: extra map instances to lock for this call, as
-            ``(attribute_map, key)`` pairs; any lock makes the call transactional.
+        lock_attribute_map_instances: extra map instances to lock for this call
+            (``amap.lock(key)``); any lock makes the call transactional.
+        load_attribute_map_instances: extra AttributeMap instances to deliver
+            (``amap.load(key)``).
+        load_channel_map_instances: extra ChannelMap instances whose pending messages to
+            deliver (``channel_map.load(key)``).
+        timeout: seconds the server waits for the Worker (keyword only); None uses the
+            RPC's own timeout (the server caps it at 60 s).
+
+    Each instance may also be given as an ``(map, key)`` pair.
 
     Raises:
         ValueError: ``timeout`` is not a finite positive duration.
 
     """
 
+    lock_attribute_map_instances: tuple[Any, ...] = ()
+    load_attribute_map_instances: tuple[Any, ...] = ()
+    load_channel_map_instances: tuple[Any, ...] = ()
+    _: dataclasses.KW_ONLY
     timeout: timedelta | float | None = None
-    load_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
-    lock_attribute_map_instances: tuple[tuple[Any, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check_duration("RPCInvokeOptions", "timeout", self.timeout, zero=False)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class StopFlowOptions:
     """Options of ``stop_flow``: the stop ``type`` (default CANCEL) and an optional reason."""
 
     type: StopType = StopType.CANCEL
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TimeTravelOptions:
+    """Where ``time_travel`` forks a Flow (not run by this release).
+
+    Attributes:
+        type: the kind of fork point.
+        history_event_time: for ``HISTORY_EVENT_TIME``: fork at this time.
+        step_type: for ``STEP_TYPE``: fork at this Step type.
+        step_execution_id: for ``STEP_EXECUTION_ID``: fork at this execution.
+        step_method: which method of that Step runs again.
+        reason: free text recorded with the fork.
+        skip_writes_reapply: do not re-apply the writes made after the fork point.
+
+    """
+
+    type: TimeTravelType
+    history_event_time: datetime | None = None
+    step_type: str | None = None
+    step_execution_id: str | None = None
+    step_method: TimeTravelStepMethod | None = None
+    reason: str | None = None
+    skip_writes_reapply: bool = False

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,15 +15,19 @@ from dex._client._options import (
     RPCInvokeOptions,
     StartFlowOptions,
     StopFlowOptions,
+    TimeTravelOptions,
 )
 from dex._client._types import (
     FlowInfo,
     FlowListPage,
     FlowResult,
     FlowStatus,
+    SearchFlowsPage,
     StreamMessage,
     StreamMessagesPage,
 )
+from dex._client._wait_options import WaitForStepCompletionOptions
+from dex._flow_config import FlowConfig
 from dex._protocol import (
     AttributeValuesWire,
     FlowStateWire,
@@ -30,6 +35,7 @@ from dex._protocol import (
     HistoryPage,
     ReadAttributesRequest,
 )
+from dex._step_execution import StepExecutionId, TimerId
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -45,14 +51,24 @@ class Client:
     Calls run on a private event-loop thread owned by this instance, so a ``Client`` may be
     used from many threads at once. Do not call it from inside a running event loop's
     thread where blocking matters; use ``AsyncClient`` there. Use it as a context manager
-    or call ``close()`` to stop the thread.
+    or call ``close()`` to stop the thread; calls after ``close()`` raise ``RuntimeError``.
+
+    Args:
+        registry: the ``Registry`` of the Flows this client names (see ``AsyncClient``).
+        blob_cache: optional shared ``BlobCache``.
+        options: server address, credential and request timeout; None (the default)
+            means ``ClientOptions()``.
+
+    Raises:
+        FeatureNotAvailableError: ``options.worker_target`` names listening Workers.
+
     """
 
     def __init__(
         self,
         registry: Registry,
         blob_cache: BlobCache | None = None,
-        options: ClientOptions = ClientOptions(),  # noqa: B008 - frozen, safe to share
+        options: ClientOptions | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -64,7 +80,11 @@ class Client:
         async def make() -> AsyncClient:
             return AsyncClient(registry, blob_cache, options)
 
-        self._async = self._call(make())
+        try:
+            self._async = self._call(make())
+        except BaseException:
+            self._stop_loop()
+            raise
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -73,8 +93,18 @@ class Client:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @property
+    def registry(self) -> Registry:
+        """The Registry this client was built with."""
+        return self._async.registry
+
+    @property
+    def blob_cache(self) -> BlobCache | None:
+        """The blob cache this client was built with (None without one)."""
+        return self._async.blob_cache
+
+    @property
     def options(self) -> ClientOptions:
-        """The options this client was built with."""
+        """The options this client was built with (``ClientOptions()`` for None)."""
         return self._async.options
 
     def close(self) -> None:
@@ -82,6 +112,9 @@ class Client:
         if self._closed:
             return
         self._call(self._async.close())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
@@ -92,9 +125,9 @@ class Client:
 
     def __exit__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exception_type: type[BaseException] | None,
+        exception: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -116,7 +149,7 @@ class Client:
         """Stop a Flow; see ``AsyncClient.stop_flow``."""
         self._call(self._async.stop_flow(flow_id, options))
 
-    def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
+    def wait_for_flow(self, flow_id: str, timeout: timedelta | float | None = None) -> FlowResult:
         """Wait for a Flow to close; see ``AsyncClient.wait_for_flow``."""
         return self._call(self._async.wait_for_flow(flow_id, timeout))
 
@@ -154,16 +187,16 @@ class Client:
 
     def invoke_rpc(
         self,
-        bound_rpc: Any,
+        rpc_method: Callable[..., Any],
         flow_id: str,
-        input: Any = None,
+        input: object = None,
         *,
         run_id: str = "",
         options: RPCInvokeOptions = RPCInvokeOptions(),  # noqa: B008
     ) -> Any:
         """Invoke an RPC; see ``AsyncClient.invoke_rpc``."""
         return self._call(
-            self._async.invoke_rpc(bound_rpc, flow_id, input, run_id=run_id, options=options)
+            self._async.invoke_rpc(rpc_method, flow_id, input, run_id=run_id, options=options)
         )
 
     def write_stream(self, flow_id: str, stream: Any, source: str, value: Any) -> None:
@@ -171,19 +204,77 @@ class Client:
         self._call(self._async.write_stream(flow_id, stream, source, value))
 
     def read_stream(
-        self, flow_id: str, stream: Any, resume_token: str = "", timeout: float | None = None
-    ) -> StreamMessage:
+        self,
+        flow_id: str,
+        stream: Any,
+        resume_token: str = "",
+        timeout: timedelta | float | None = None,
+    ) -> StreamMessage[Any]:
         """Read the next Stream message; see ``AsyncClient.read_stream``."""
         return self._call(self._async.read_stream(flow_id, stream, resume_token, timeout))
 
     def list_stream_messages(
         self, flow_id: str, stream: Any, page_size: int = 100, before_page_token: str = ""
-    ) -> StreamMessagesPage:
+    ) -> StreamMessagesPage[Any]:
         """List Stream messages; see ``AsyncClient.list_stream_messages``."""
         return self._call(
             self._async.list_stream_messages(flow_id, stream, page_size, before_page_token)
         )
 
-    def health_check(self) -> HealthResponse:
-        """Check the server; see ``AsyncClient.health_check``."""
+    def health_check(self) -> bool:
+        """Whether the server is healthy; see ``AsyncClient.health_check``."""
         return self._call(self._async.health_check())
+
+    def get_health(self) -> HealthResponse:
+        """The server's health details; see ``AsyncClient.get_health``."""
+        return self._call(self._async.get_health())
+
+    # Parts of the Dex model not run yet: each raises FeatureNotAvailableError.
+
+    def search_flows(
+        self,
+        query: str,
+        page_size: int,
+        next_page_token: str = "",
+        *,
+        include_continued_as_new: bool = False,
+    ) -> SearchFlowsPage:
+        """Search Flows (not run yet); see ``AsyncClient.search_flows``."""
+        return self._call(
+            self._async.search_flows(
+                query, page_size, next_page_token, include_continued_as_new=include_continued_as_new
+            )
+        )
+
+    def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
+        """Fork a Flow's history (not run yet); see ``AsyncClient.time_travel``."""
+        return self._call(self._async.time_travel(flow_id, options))
+
+    def skip_timer(
+        self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
+    ) -> None:
+        """Fire a timer now (not run yet); see ``AsyncClient.skip_timer``."""
+        self._call(self._async.skip_timer(flow_id, step_execution_id, timer_id))
+
+    def wait_for_step_completion(
+        self,
+        flow_id: str,
+        step_execution_id: StepExecutionId,
+        options: WaitForStepCompletionOptions,
+    ) -> None:
+        """Wait for a Step (not run yet); see ``AsyncClient.wait_for_step_completion``."""
+        self._call(self._async.wait_for_step_completion(flow_id, step_execution_id, options))
+
+    def wait_for_attribute_match(
+        self, flow_id: str, attribute: Any, *args: object, **kwargs: object
+    ) -> Any:
+        """Wait for an Attribute (not run yet); see ``AsyncClient.wait_for_attribute_match``."""
+        return self._call(self._async.wait_for_attribute_match(flow_id, attribute, *args, **kwargs))
+
+    def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
+        """Update a Flow's config (not run yet); see ``AsyncClient.update_flow_config``."""
+        self._call(self._async.update_flow_config(flow_id, config))
+
+    def trigger_continue_as_new(self, flow_id: str) -> None:
+        """Continue as new (not run yet); see ``AsyncClient.trigger_continue_as_new``."""
+        self._call(self._async.trigger_continue_as_new(flow_id))

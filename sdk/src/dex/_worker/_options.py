@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from dex._credential import CredentialLike, check_credential
+from dex._worker_target import WorkerTarget
 from dex.errors import feature_not_available
 
 __all__ = [
@@ -47,39 +48,6 @@ def _seconds(owner: str, name: str, value: timedelta | float, *, positive: bool)
 
 
 _B32 = string.ascii_lowercase + "234567"
-
-
-@dataclass(frozen=True)
-class WorkerTarget:
-    """How the server reaches a Worker; for this engine, always ``WorkerTarget(pull=True)``.
-
-    Workers of this engine pull their tasks over one WebSocket, so ``Worker.worker_target``
-    is always the pull target. ``address`` and ``headless`` describe a Worker listening on
-    its own port, which this release does not run: a Worker asked to listen raises
-    ``FeatureNotAvailableError``.
-
-    Attributes:
-        address: ``host:port`` of a listening Worker (default empty).
-        headless: ``address`` is a headless DNS name of several Workers (default False).
-        pull: the Worker pulls its tasks (default False).
-
-    Raises:
-        ValueError: ``pull`` together with ``address`` or ``headless``.
-
-    """
-
-    address: str = ""
-    headless: bool = False
-    pull: bool = False
-
-    def __post_init__(self) -> None:
-        if self.pull and (self.address or self.headless):
-            raise ValueError("WorkerTarget: pull cannot be combined with address or headless")
-
-    @property
-    def is_listening(self) -> bool:
-        """Whether this target names a listening Worker (not run by this release)."""
-        return bool(self.address or self.headless)
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,7 @@ async def flow_stop(
 async def health(conn: Connection, out: Printer) -> bool:
     """Print the server's health; return whether it is ok (not degraded)."""
     async with connect(conn) as client:
-        result = await client.health_check()
+        result = await client.get_health()
     record = {
         "server": conn.server,
         "ok": bool(result.ok),
