@@ -134,7 +134,7 @@ def make_flow(
 def test_flow_spec_of_a_full_flow() -> None:
     shop = Shop()
     reg = Registry([shop], allow_async_handlers=True)
-    assert reg.flows == [shop]
+    assert reg.flows == (shop,)
     assert reg.get_flow("Shop") is shop
     assert reg.has_async_handlers
     assert reg.start_input_type(shop) is Order
@@ -193,7 +193,7 @@ def test_retry_policy_zero_means_default() -> None:
 
 
 def test_step_list_forms() -> None:
-    assert StepList.empty() == StepList(None, ())
+    assert StepList.empty() == StepList(()) and list(StepList.empty()) == []
     no_start = StepList.without_start_step(Recover)
     assert no_start.start is None and isinstance(no_start.steps[0], Recover)
     reg = Registry([make_flow(no_start)])
