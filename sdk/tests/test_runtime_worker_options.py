@@ -24,7 +24,7 @@ class AsyncStep(Step[int]):
 
 
 class AsyncFlow(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(AsyncStep())
 
 
@@ -86,7 +86,7 @@ class SyncStep(Step[int]):
 
 
 class SyncFlow(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(SyncStep())
 
 

@@ -30,8 +30,18 @@ __all__ = [
 ]
 
 
+class Condition:
+    """Base class of the conditions a ``Wait`` holds (Timers, Channels, SubFlows).
+
+    Build conditions with their factories (``Timer.by_duration``, ``channel.for_one()``,
+    ``SubFlow.run``...); ``condition_id`` optionally names one in the execution's history.
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TimerCondition:
+class TimerCondition(Condition):
     """A durable Timer condition (``Timer.by_duration`` or ``Timer.at``)."""
 
     duration_s: float | None = None
@@ -48,7 +58,7 @@ class TimerCondition:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ChannelCondition:
+class ChannelCondition(Condition):
     """Wait for messages of one Channel or ChannelMap instance (``channel.for_one()`` ...).
 
     ``max_count=None`` means "everything queued" (``at_least``).
@@ -72,7 +82,7 @@ class ChannelCondition:
 
 
 @dataclass(frozen=True, slots=True)
-class SubFlowCondition:
+class SubFlowCondition(Condition):
     """A condition that holds when a child Flow run finishes (``SubFlow.run(...)``).
 
     SubFlows are not run by this release: a ``wait_for`` that returns a Wait with this
@@ -83,9 +93,6 @@ class SubFlowCondition:
     flow: Flow[Any] | None = None
     input: object = None
     options: SubFlowOptions | None = None
-
-
-Condition = TimerCondition | ChannelCondition | SubFlowCondition
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +290,7 @@ class Wait:
             feature_not_available("Wait.any_combination_of (condition combinations)")
         specs = []
         for c in self.conditions:
-            if isinstance(c, SubFlowCondition):
+            if not isinstance(c, TimerCondition | ChannelCondition):
                 feature_not_available("SubFlows")
             specs.append(c.to_spec())
         return WaitSpec(mode=mode, conditions=specs)
@@ -293,6 +300,6 @@ def _checked(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
     if not conditions:
         raise ValueError("a Wait needs at least one condition (or use Wait.skip_immediately())")
     for c in conditions:
-        if not isinstance(c, TimerCondition | ChannelCondition | SubFlowCondition):
+        if not isinstance(c, Condition):
             raise TypeError(f"not a Wait condition: {c!r}")
     return tuple(conditions)

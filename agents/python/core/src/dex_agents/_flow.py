@@ -110,7 +110,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """Return the Flow type given at construction."""
         return self._flow_type
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[AgentSessionStartInput]:
         """Return ``StartAgentSession`` as the start Step, then every other Step."""
         return StepList.start_step(self._start).other_steps(*self._steps)
 
