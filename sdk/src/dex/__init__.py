@@ -197,7 +197,7 @@ from dex._decisions import (  # noqa: E402
     go_to_many,
     graceful_complete,
 )
-from dex._options import SubFlowOptions, SubFlowReusePolicy  # noqa: E402
+from dex._subflows import SubFlowOptions, SubFlowReusePolicy  # noqa: E402
 from dex._waits import ConditionCombination, SubFlow  # noqa: E402
 
 __all__ += [

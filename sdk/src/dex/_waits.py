@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from dex._client import FlowResult
     from dex._context import Context
     from dex._flow import Flow
-    from dex._options import SubFlowOptions
+    from dex._subflows import SubFlowOptions
 
 __all__ = [
     "ChannelCondition",

@@ -44,9 +44,10 @@ INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
 # the SDK's own check of a handler result fails the attempt with this error type
 _INVALID_CODE_ERRORS = frozenset({INVALID_USER_FLOW_CODE, "InvalidStepResultError"})
 # failures the engine itself records (not a handler's exception): the Flow's error message
-# names the type, since no exception message of the user's says what happened
+# names their type, since no message of the user's says what happened
 _ENGINE_FAILURES = frozenset(
     {"TIMEOUT", SCHEDULE_TO_START_TIMEOUT, "WORKER_CONNECTION_LOST", "SERVER_RESTARTED"}
+    | {v for k, v in vars(ErrorCode).items() if k.isupper() and isinstance(v, str)}
 )
 
 
