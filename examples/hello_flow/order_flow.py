@@ -106,7 +106,7 @@ class AwaitShipment(dex.Step[Order]):
 
 
 class OrderFlow(dex.Flow[Order]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[Order]:
         return dex.StepList.start_step(ReserveStock()).other_steps(
             ChargePayment(), CoolingOff(), AwaitShipment()
         )

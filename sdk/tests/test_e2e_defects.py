@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from dex import FlowErrorType, FlowStatus, StepDecision
+from dex._decisions import DecisionKind
 from dex._spec import decision_spec
 from dex.errors import InvalidStepResultError
 
@@ -25,7 +26,7 @@ def test_go_to_many_without_a_movement_is_an_invalid_result() -> None:
     # a decision built without the factory is refused when the Worker encodes it
     entry = registry().flow_entry(defect_flows.EMPTY_FAN_OUT.get_flow_type())
     with pytest.raises(InvalidStepResultError, match="at least one StepMovement"):
-        decision_spec(StepDecision("go_to"), entry)
+        decision_spec(StepDecision(DecisionKind.NEXT), entry)
 
 
 async def test_an_empty_fan_out_fails_the_flow_as_invalid_user_code(tmp_path: Path) -> None:

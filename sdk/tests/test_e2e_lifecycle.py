@@ -22,7 +22,14 @@ from dex.errors import (
     FlowNotActiveOrNotFoundError,
 )
 
-from tests.e2e_flows.harness import Stack, e2e_stack, history, unique_id, wait_for_phase
+from tests.e2e_flows.harness import (
+    Stack,
+    e2e_stack,
+    history,
+    payload,
+    unique_id,
+    wait_for_phase,
+)
 from tests.e2e_flows.lifecycle_flows import LIFECYCLE, Pending
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -122,7 +129,13 @@ async def test_stop_types(stack: Stack, stop_type: StopType, status: FlowStatus)
     if stop_type is StopType.FAIL:
         assert result.error_type is FlowErrorType.CLIENT_API_FAILED
         assert result.error_code == "CLIENT_API_FAILING_FLOW"
-        assert "operator" in (result.error_message or "")
+        assert result.error_message == "operator"
+    if stop_type is StopType.TERMINATE:
+        # a terminated Flow reports no error message; the reason stays in its history
+        assert result.error_message is None
+        events = await history(stack.client, flow_id)
+        closed = [payload(e) for e in events if e.type == "FlowClosed"]
+        assert closed[-1]["errorDetail"] == "operator"
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await stack.client.stop_flow(flow_id)
     with pytest.raises(FlowNotActiveOrNotFoundError):

@@ -77,11 +77,17 @@ async def test_exhausted_retries_without_a_route_fail_the_flow(stack: Stack) -> 
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.status is FlowStatus.FAILED
     assert result.error_type is FlowErrorType.WORKER_API_FAILED
-    assert "no route out" in (result.error_message or "")
+    # the handler's message alone; which execution failed, and how, is in the history
+    assert result.error_message == "no route out"
     events = await history(stack.client, flow_id)
     failed = [payload(e) for e in events if e.type == "StepExecuteFailed"]
     assert len(failed) == 1  # one event per logical method, however many attempts
     assert failed[0]["context"]["finalAttempt"] == 2
+    closed = [payload(e) for e in events if e.type == "FlowClosed"]
+    assert closed[-1]["errorMessage"] == "no route out"
+    assert closed[-1]["errorDetail"] == (
+        "DoomedNoRoute-1 execute failed: RuntimeError: no route out"
+    )
 
 
 async def test_method_timeout_fails_the_attempt_and_retries(stack: Stack) -> None:

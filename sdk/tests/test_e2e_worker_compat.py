@@ -127,7 +127,7 @@ class Double(Step[Money]):
 class PriceFlow(Flow[Money]):
     """Start input of a custom type; completes with its doubled amount as text."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[Money]:
         return StepList.start_step(Double())
 
 
@@ -157,7 +157,7 @@ class Measure(Step[str]):
 class LengthFlow(Flow[str]):
     """A large start input travels as a blob the Worker resolves through its blob cache."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Measure())
 
 

@@ -158,7 +158,7 @@ class _Own(gap_flows.Quick):
 
 
 class _Defaulted(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(_Plain()).other_steps(_Own())
 
     def get_schedule_to_start_timeout(self) -> timedelta | float | None:

@@ -62,6 +62,18 @@ DEFINITIONS = {
     "codec_for",
     "heartbeat",
     "rpc",
+    # decision functions and the named parts of the model that are not run yet
+    "ConditionCombination",
+    "SubFlow",
+    "SubFlowOptions",
+    "SubFlowReusePolicy",
+    "dead_end",
+    "force_complete",
+    "force_complete_if_channels_empty",
+    "force_fail",
+    "go_to",
+    "go_to_many",
+    "graceful_complete",
 }
 
 RUNTIME = {

@@ -280,7 +280,7 @@ async def test_a_start_carries_one_request_id_across_resends() -> None:
             return StepDecision.graceful_complete()
 
     class Tiny(Flow[None]):
-        def get_steps(self) -> StepList:
+        def get_steps(self) -> StepList[None]:
             return StepList.start_step(Only())
 
     flow = Tiny()

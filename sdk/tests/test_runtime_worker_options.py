@@ -31,7 +31,7 @@ class AsyncStep(Step[int]):
 
 
 class AsyncFlow(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(AsyncStep())
 
 
@@ -93,7 +93,7 @@ class SyncStep(Step[int]):
 
 
 class SyncFlow(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(SyncStep())
 
 

@@ -84,7 +84,7 @@ class Cleanup(Step[None]):
 
 
 class Shelf(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Begin())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -96,7 +96,7 @@ class Configured(Step[int]):
 
 
 class Shop(Flow[Order]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[Order]:
         return StepList.start_step(Start()).other_steps(Recover, Waiting(), Configured())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -116,13 +116,13 @@ class Shop(Flow[Order]):
 
 
 def make_flow(
-    steps: StepList | None = None, schema: PersistenceSchema | None = None, name: str = "F"
+    steps: StepList[Any] | None = None, schema: PersistenceSchema | None = None, name: str = "F"
 ) -> Flow[Any]:
     class F(Flow[Any]):
         def get_flow_type(self) -> str:
             return name
 
-        def get_steps(self) -> StepList:
+        def get_steps(self) -> StepList[Any]:
             return steps or StepList.empty()
 
         def get_persistence_schema(self) -> PersistenceSchema:
@@ -134,7 +134,7 @@ def make_flow(
 def test_flow_spec_of_a_full_flow() -> None:
     shop = Shop()
     reg = Registry([shop], allow_async_handlers=True)
-    assert reg.flows == [shop]
+    assert reg.flows == (shop,)
     assert reg.get_flow("Shop") is shop
     assert reg.has_async_handlers
     assert reg.start_input_type(shop) is Order
@@ -193,8 +193,8 @@ def test_retry_policy_zero_means_default() -> None:
 
 
 def test_step_list_forms() -> None:
-    assert StepList.empty() == StepList(None, ())
-    no_start = StepList.without_start_step(Recover)
+    assert StepList.empty() == StepList(()) and list(StepList.empty()) == []
+    no_start = StepList[Any].without_start_step(Recover)
     assert no_start.start is None and isinstance(no_start.steps[0], Recover)
     reg = Registry([make_flow(no_start)])
     assert reg.flow_specs()[0].start_step is None
@@ -269,7 +269,7 @@ class RouteOutside(Step[int]):
         (StepList.without_start_step(RouteOutside), "failure route"),
     ],
 )
-def test_step_validation(steps: StepList, message: str) -> None:
+def test_step_validation(steps: StepList[Any], message: str) -> None:
     schema = PersistenceSchema.of(Total)
     with pytest.raises(FlowDefinitionError, match=message):
         Registry([make_flow(steps, schema)])

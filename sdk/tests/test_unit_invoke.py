@@ -153,7 +153,7 @@ class SlowSync(Step[None]):
 
 
 class Demo(Flow[Job]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[Job]:
         return StepList.start_step(Begin).other_steps(
             Gen,
             AsyncStep,
@@ -356,7 +356,7 @@ async def test_step_cannot_delete_messages() -> None:
             return StepDecision.dead_end()
 
     class F(Flow[None]):
-        def get_steps(self) -> StepList:
+        def get_steps(self) -> StepList[None]:
             return StepList.start_step(Deleter)
 
         def get_persistence_schema(self) -> PersistenceSchema:
@@ -387,7 +387,7 @@ async def test_is_cancellation_requested_reflects_io() -> None:
             return StepDecision.dead_end()
 
     class F(Flow[None]):
-        def get_steps(self) -> StepList:
+        def get_steps(self) -> StepList[None]:
             return StepList.start_step(Check)
 
     reg = Registry([F()])

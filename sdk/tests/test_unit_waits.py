@@ -15,6 +15,7 @@ from dex import (
     Timer,
     Wait,
 )
+from dex._decisions import DecisionKind
 from dex._protocol import ConditionSpec, WaitSpec
 
 Inbox = Channel("Inbox", str)
@@ -84,7 +85,7 @@ def test_decision_builders() -> None:
             return StepDecision.dead_end()
 
     d = StepDecision.go_to(A, 1)
-    assert d.kind == "go_to" and d.movements == (StepMovement(A, 1),)
+    assert d.kind is DecisionKind.NEXT and d.movements == (StepMovement(A, 1),)
     opts = StepOptions(heartbeat_timeout=5)
     many = StepDecision.go_to_many(StepMovement.of(A, 1), StepMovement.of(A, 2, options=opts))
     assert [m.input for m in many.movements] == [1, 2] and many.movements[1].options is opts

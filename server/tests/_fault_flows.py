@@ -62,7 +62,7 @@ class Nap(Step[None]):
 
 
 class Napper(Flow[None]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[None]:
         return StepList.start_step(Nap())
 
 
@@ -84,7 +84,7 @@ class Flaky(Step[None]):
 
 
 class Retrier(Flow[None]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[None]:
         return StepList.start_step(Flaky())
 
 
@@ -109,7 +109,7 @@ class Vouch(Step[str]):
 
 
 class Vouched(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Vouch())
 
 
@@ -124,7 +124,7 @@ class Linger(Step[str]):
 
 
 class Lingerer(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Linger())
 
 

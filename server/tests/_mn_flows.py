@@ -121,7 +121,7 @@ class Hop(Step[int]):
 
 
 class Relay(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Begin()).other_steps(Nap(), Once(), Rescue(), Hop())
 
 
@@ -139,7 +139,7 @@ class Listen(Step[None]):
 
 
 class Bell(Flow[None]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[None]:
         return StepList.start_step(Listen())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -178,7 +178,7 @@ class Latch(Step[str]):
 class Guarded(Flow[None]):
     """Latch Steps scheduled by an RPC, and RPCs that need the lock or the whole Flow."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[None]:
         return StepList.without_start_step(Latch())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -222,7 +222,7 @@ class Vouch(Step[str]):
 
 
 class Vouched(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Vouch())
 
 
@@ -250,7 +250,7 @@ class Solo(Step[str]):
 
 
 class SoloFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Solo())
 
 
@@ -269,7 +269,7 @@ class Hold(Step[str]):
 
 
 class HoldFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Hold())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -305,7 +305,7 @@ class Seal(Step[int]):
 
 
 class Pace(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Stride()).other_steps(Seal())
 
 

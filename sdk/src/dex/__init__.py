@@ -267,3 +267,32 @@ __all__ += [
     "ChannelMapLoad",
     "IndexType",
 ]
+
+# --------------------------------------------------------------------------- flow definition
+# Decision functions and the named parts of the Dex model's flow definition that are
+# declared here but run later (SubFlows, condition combinations).
+from dex._decisions import (  # noqa: E402
+    dead_end,
+    force_complete,
+    force_complete_if_channels_empty,
+    force_fail,
+    go_to,
+    go_to_many,
+    graceful_complete,
+)
+from dex._subflows import SubFlowOptions, SubFlowReusePolicy  # noqa: E402
+from dex._waits import ConditionCombination, SubFlow  # noqa: E402
+
+__all__ += [
+    "ConditionCombination",
+    "SubFlow",
+    "SubFlowOptions",
+    "SubFlowReusePolicy",
+    "dead_end",
+    "force_complete",
+    "force_complete_if_channels_empty",
+    "force_fail",
+    "go_to",
+    "go_to_many",
+    "graceful_complete",
+]

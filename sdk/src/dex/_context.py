@@ -30,7 +30,7 @@ T = TypeVar("T")
 HandlerKind = Literal["wait_for", "execute", "rpc"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class RecoveryErrorInfo:
     """The failure that sent this execution down a recovery path.
 
@@ -160,7 +160,7 @@ class Context:
         self.first_attempt_at: datetime = datetime.fromtimestamp(task.first_attempt_at, UTC)
         rec = task.recovery_error
         self.recovery_error: RecoveryErrorInfo | None = (
-            None if rec is None else RecoveryErrorInfo(detail=rec.detail, error_type=rec.error_type)
+            None if rec is None else RecoveryErrorInfo(rec.detail, rec.error_type)
         )
 
     def has_timer_fired(self, index: int | None = None) -> bool:

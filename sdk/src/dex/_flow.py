@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from dex._state import Attribute, AttributeMap, Channel, ChannelMap, PersistenceSchema, Stream
 from dex._step import Step
-from dex.errors import FlowDefinitionError
+from dex.errors import FlowDefinitionError, feature_not_available
+
+if TYPE_CHECKING:
+    from dex._context import Context
+    from dex._decisions import StepDecision
 
 __all__ = ["Flow", "PersistenceSchema", "StateDeclaration", "StepList"]
 
 T = TypeVar("T")
+StartT = TypeVar("StartT")
 
 StateDeclaration = Attribute[Any] | AttributeMap[Any] | Channel[Any] | ChannelMap[Any] | Stream[Any]
 
@@ -26,34 +32,64 @@ def _as_step(step: Any) -> Step[Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class StepList:
+class _StepDef:
+    """One Step of a StepList, and whether it is the start Step."""
+
+    step: Step[Any]
+    is_start_step: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepList(Generic[StartT]):
     """The Steps of a Flow: zero or one start Step plus other Steps.
 
-    Accepts Step instances or Step classes (instantiated without arguments).
+    ``StepList[T]`` is the list of a Flow whose start input is ``T``. Build it with
+    ``StepList.start_step(s).other_steps(...)``, ``StepList.without_start_step(...)`` or
+    ``StepList.empty()``; iterating it yields each Step with ``is_start_step``. Accepts Step
+    instances or Step classes (instantiated without arguments).
     """
 
-    start: Step[Any] | None
-    steps: tuple[Step[Any], ...]
+    _definitions: tuple[_StepDef, ...] = ()
+
+    def __iter__(self) -> Iterator[_StepDef]:
+        return iter(self._definitions)
+
+    @property
+    def start(self) -> Step[Any] | None:
+        """The start Step, or None when the Flow has none."""
+        for d in self._definitions:
+            if d.is_start_step:
+                return d.step
+        return None
+
+    @property
+    def steps(self) -> tuple[Step[Any], ...]:
+        """Every Step, the start Step first."""
+        return tuple(d.step for d in self._definitions)
 
     @staticmethod
-    def start_step(step: Step[Any] | type[Step[Any]]) -> StepList:
+    def start_step(step: Step[StartT] | type[Step[StartT]]) -> StepList[StartT]:
         """Return a list whose start Step is ``step``; add the rest with ``.other_steps(...)``."""
-        s = _as_step(step)
-        return StepList(s, (s,))
+        return StepList((_StepDef(_as_step(step), True),))
 
-    def other_steps(self, *steps: Step[Any] | type[Step[Any]]) -> StepList:
+    def other_steps(self, *steps: Step[Any] | type[Step[Any]]) -> StepList[StartT]:
         """Return a copy with more (non-start) Steps."""
-        return StepList(self.start, self.steps + tuple(_as_step(s) for s in steps))
+        more = tuple(_StepDef(_as_step(s), False) for s in steps)
+        return StepList(self._definitions + more)
 
-    @staticmethod
-    def without_start_step(*steps: Step[Any] | type[Step[Any]]) -> StepList:
+    @classmethod
+    def without_start_step(cls, *steps: Step[Any] | type[Step[Any]]) -> StepList[StartT]:
         """Return steps of a Flow without a start Step (its start input is None; RPCs drive it)."""
-        return StepList(None, tuple(_as_step(s) for s in steps))
+        return cls(tuple(_StepDef(_as_step(s), False) for s in steps))
 
-    @staticmethod
-    def empty() -> StepList:
+    @classmethod
+    def empty(cls) -> StepList[StartT]:
         """No Steps at all (an RPC-only Flow)."""
-        return StepList(None, ())
+        return cls(())
+
+
+_ATTRIBUTE_KINDS = (Attribute, AttributeMap)
+_CHANNEL_KINDS = (Channel, ChannelMap)
 
 
 class Flow(Generic[T]):
@@ -69,7 +105,7 @@ class Flow(Generic[T]):
         """Return the Flow type name, unique in a Registry. Defaults to the class name."""
         return type(self).__name__
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[T]:
         """Return the Flow's Steps. Default: none."""
         return StepList.empty()
 
@@ -87,3 +123,11 @@ class Flow(Generic[T]):
         as long as it takes.
         """
         return None
+
+    def handle_timeout(self, context: Context) -> StepDecision:
+        """Decide what a Flow whose run timed out does (Flow timeouts).
+
+        Flow timeouts are not run by this release: this is never called, and the default
+        raises ``FeatureNotAvailableError`` (a ``NotImplementedError``) naming the feature.
+        """
+        feature_not_available("Flow timeouts (Flow.handle_timeout)")

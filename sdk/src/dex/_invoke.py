@@ -24,7 +24,7 @@ from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput
-from dex.errors import DexError, InvalidStepResultError
+from dex.errors import DexError, FeatureNotAvailableError, InvalidStepResultError
 
 __all__ = ["StateReader", "TaskIO", "error_info", "invoke"]
 
@@ -84,7 +84,7 @@ def error_info(exc: BaseException) -> ErrorInfo:
         message=str(exc) or type(exc).__name__,
         stack=stack,
         retry_after_s=float(retry_after) if isinstance(retry_after, int | float) else None,
-        non_retryable=isinstance(exc, InvalidStepResultError)
+        non_retryable=isinstance(exc, InvalidStepResultError | FeatureNotAvailableError)
         or bool(getattr(exc, "non_retryable", False)),
     )
 

@@ -5,15 +5,27 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dex._state import AttributeMap, Channel, ChannelLoad, ChannelMap, InstanceLoad, LockKey
+    from dex._state import (
+        AttributeMap,
+        Channel,
+        ChannelLoad,
+        ChannelMap,
+        InstanceLoad,
+        LockKey,
+    )
     from dex._step import Step
 
-__all__ = ["RetryPolicy", "StepDurability", "StepOptions", "WaitForFailurePolicy"]
+__all__ = [
+    "RetryPolicy",
+    "StepDurability",
+    "StepOptions",
+    "WaitForFailurePolicy",
+]
 
 Duration = timedelta | float  # float: seconds
 
@@ -42,29 +54,33 @@ class WaitForFailurePolicy(enum.StrEnum):
     """``execute`` runs anyway; ``context.wait_for_method_failed()`` is True."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Retry policy of one Step method.
 
     Delay before attempt n+1 = min(initial_interval × backoff_coefficient^(n-1),
     maximum_interval). Retries stop at the first limit reached: ``maximum_attempts``
-    (including the first; None or 0 = unlimited) or ``total_duration`` since the first
-    attempt. A zero/None interval or duration takes the default.
+    (including the first; 0 or None = unlimited) or ``total_duration`` since the first
+    attempt. Every field left at its zero/None default takes the engine's default, shown
+    in brackets. Durations are ``timedelta`` or seconds.
 
     Attributes:
-        initial_interval: first delay (default 1 s).
-        backoff_coefficient: growth factor (default 2).
-        maximum_interval: largest delay (default 100 s).
-        maximum_attempts: attempt budget (default unlimited).
-        total_duration: time budget (default 4 h).
+        initial_interval: first delay [1 s].
+        backoff_coefficient: growth factor [2].
+        maximum_interval: largest delay [100 s].
+        maximum_attempts: attempt budget [unlimited].
+        total_duration: time budget [4 h].
+
+    Raises:
+        ValueError: a negative or non-finite value.
 
     """
 
-    initial_interval: Duration = timedelta(seconds=1)
-    backoff_coefficient: float = 2.0
-    maximum_interval: Duration = timedelta(seconds=100)
-    maximum_attempts: int | None = None
-    total_duration: Duration | None = timedelta(hours=4)
+    initial_interval: Duration | None = None
+    backoff_coefficient: float = 0.0
+    maximum_interval: Duration | None = None
+    maximum_attempts: int | None = 0
+    total_duration: Duration | None = None
 
     def __post_init__(self) -> None:
         for name in ("initial_interval", "maximum_interval", "total_duration"):
@@ -96,29 +112,21 @@ def _tuple(v: Any) -> tuple[Any, ...]:
     return tuple(v) if not isinstance(v, tuple) else v
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class StepOptions:
     """Options of a Step type (``Step.get_step_options``) or of one movement.
 
     Per-movement options (``StepMovement.of(..., options=...)``) replace the Step type's
-    options whole. All fields are optional.
+    options whole. All fields are optional; None means "unset" (the default applies).
+    Positional order is the order below; the last three are keyword-only.
 
     Attributes:
-        wait_for_method_timeout: per-attempt timeout of ``wait_for`` (default 2 h).
-        execute_method_timeout: per-attempt timeout of ``execute`` (default 2 h).
+        wait_for_method_timeout: per-attempt timeout of ``wait_for`` (None: 2 h).
+        execute_method_timeout: per-attempt timeout of ``execute`` (None: 2 h).
         heartbeat_timeout: fail an attempt when no heartbeat/output frame arrives within it
-            (default None: no heartbeat timeout).
-        schedule_to_start_timeout: the longest a ready attempt waits for a
-            Worker to take it (timedelta or seconds). When it passes, the attempt fails
-            with error type ``SCHEDULE_TO_START_TIMEOUT`` and follows the retry policy.
-            The wait restarts whenever the task is queued again (its Worker was lost, or
-            a Worker rejected it). Default None: the Flow's
-            ``get_schedule_to_start_timeout()``, else the server's default (none: a task
-            waits for a Worker as long as it takes).
-        wait_for_retry / execute_retry: retry policies (default ``RetryPolicy()``).
+            (None: no heartbeat timeout).
+        wait_for_retry / execute_retry: retry policies (None: ``RetryPolicy()``).
         wait_for_failure: FAIL_FLOW (default) or PROCEED.
-        execute_failure_step / execute_failure_options: the recovery route set by
-            ``on_execute_failure_proceed_to``.
         wait_for_durability / execute_durability: ``StepDurability`` (default DEFAULT).
         wait_for_lock_attributes / execute_lock_attributes: lock keys (``attr.lock()``,
             ``amap.lock(key)``) held for the whole method.
@@ -126,31 +134,46 @@ class StepOptions:
         *_load_attribute_map_instances: single instances (``amap.load(key)``).
         *_load_channels: Channels whose pending messages are loaded.
         *_load_channel_maps / *_load_channel_map_instances: same for ChannelMaps.
+        execute_failure_step / execute_failure_options: the recovery route set by
+            ``on_execute_failure_proceed_to`` (keyword-only).
+        schedule_to_start_timeout: the longest a ready attempt waits for a
+            Worker to take it (keyword-only; timedelta or seconds). When it passes, the
+            attempt fails with error type ``SCHEDULE_TO_START_TIMEOUT`` and follows the
+            retry policy. The wait restarts whenever the task is queued again (its Worker
+            was lost, or a Worker rejected it). Default None: the Flow's
+            ``get_schedule_to_start_timeout()``, else the server's default (none: a task
+            waits for a Worker as long as it takes).
+
+    Durations are ``timedelta`` or seconds.
+
+    Raises:
+        ValueError: a timeout that is not positive.
 
     """
 
-    wait_for_method_timeout: Duration = timedelta(hours=2)
-    execute_method_timeout: Duration = timedelta(hours=2)
+    wait_for_method_timeout: Duration | None = None
+    execute_method_timeout: Duration | None = None
     heartbeat_timeout: Duration | None = None
-    wait_for_retry: RetryPolicy = field(default_factory=RetryPolicy)
-    execute_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    wait_for_retry: RetryPolicy | None = None
+    execute_retry: RetryPolicy | None = None
     wait_for_failure: WaitForFailurePolicy = WaitForFailurePolicy.FAIL_FLOW
-    execute_failure_step: type[Step[Any]] | None = None
-    execute_failure_options: StepOptions | None = None
     wait_for_durability: StepDurability = StepDurability.DEFAULT
     execute_durability: StepDurability = StepDurability.DEFAULT
     wait_for_lock_attributes: tuple[LockKey, ...] = ()
     execute_lock_attributes: tuple[LockKey, ...] = ()
     wait_for_load_attribute_maps: tuple[AttributeMap[Any], ...] = ()
-    execute_load_attribute_maps: tuple[AttributeMap[Any], ...] = ()
     wait_for_load_attribute_map_instances: tuple[InstanceLoad, ...] = ()
-    execute_load_attribute_map_instances: tuple[InstanceLoad, ...] = ()
     wait_for_load_channels: tuple[Channel[Any] | ChannelLoad, ...] = ()
-    execute_load_channels: tuple[Channel[Any] | ChannelLoad, ...] = ()
     wait_for_load_channel_maps: tuple[ChannelMap[Any], ...] = ()
-    execute_load_channel_maps: tuple[ChannelMap[Any], ...] = ()
     wait_for_load_channel_map_instances: tuple[InstanceLoad, ...] = ()
+    execute_load_attribute_maps: tuple[AttributeMap[Any], ...] = ()
+    execute_load_attribute_map_instances: tuple[InstanceLoad, ...] = ()
+    execute_load_channels: tuple[Channel[Any] | ChannelLoad, ...] = ()
+    execute_load_channel_maps: tuple[ChannelMap[Any], ...] = ()
     execute_load_channel_map_instances: tuple[InstanceLoad, ...] = ()
+    _: KW_ONLY
+    execute_failure_step: type[Step[Any]] | None = None
+    execute_failure_options: StepOptions | None = None
     schedule_to_start_timeout: Duration | None = None
 
     def __post_init__(self) -> None:

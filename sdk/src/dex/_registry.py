@@ -14,6 +14,7 @@ from dex._protocol import FlowSpec, RpcSpec, StateDecl, StepOptionsSpec, StepSpe
 from dex._rpc import RpcDef, rpc_def, rpc_signature, rpc_spec
 from dex._spec import load_spec, lock_list, options_spec
 from dex._state import Stream
+from dex._state._common import instance_name
 from dex._step import Step, handler_kind, has_wait_for, step_input_type
 from dex.errors import FlowDefinitionError
 
@@ -214,9 +215,11 @@ def compile_flow(flow: Flow[Any], codecs: CodecRegistry | None, *, allow_async: 
     steps = flow.get_steps()
     if not isinstance(steps, StepList):
         raise FlowDefinitionError(f"Flow {flow_type}: get_steps() must return a StepList")
-    for step in steps.steps:
-        se = _add_step(entry, step, allow_async)
-        if step is steps.start:
+    for definition in steps:
+        se = _add_step(entry, definition.step, allow_async)
+        if definition.is_start_step:
+            if entry.start is not None:
+                raise FlowDefinitionError(f"Flow {flow_type}: more than one start Step")
             entry.start = se
     for se in entry.steps.values():
         options = se.step.get_step_options()
@@ -263,6 +266,7 @@ class Registry:
         allow_async_handlers: bool = False,
     ) -> None:
         self._codecs = codec_registry
+        self._codec_registry = codec_registry if codec_registry is not None else CodecRegistry()
         self._allow_async = allow_async_handlers
         self._entries: dict[str, FlowEntry] = {}
         for flow in flows:
@@ -273,9 +277,23 @@ class Registry:
         self._specs = [e.spec for e in self._entries.values() if e.spec is not None]
 
     @property
-    def flows(self) -> list[Flow[Any]]:
+    def flows(self) -> tuple[Flow[Any], ...]:
         """The registered Flow instances, in registration order."""
-        return [e.flow for e in self._entries.values()]
+        return tuple(e.flow for e in self._entries.values())
+
+    @property
+    def codec_registry(self) -> CodecRegistry:
+        """The custom codecs this Registry consults first (an empty one when none was given)."""
+        return self._codec_registry
+
+    @staticmethod
+    def physical_name(name: str, instance: str) -> str:
+        """Return the stored name of one AttributeMap or ChannelMap instance.
+
+        That is the map's ``name``, ``/``, then the URL-quoted ``instance`` key: the name
+        the server, history and state reads show for ``amap.load(instance)`` and the like.
+        """
+        return instance_name(name, instance)
 
     @property
     def has_async_handlers(self) -> bool:

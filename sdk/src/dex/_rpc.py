@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -38,8 +38,12 @@ class RPCResult(Generic[O]):
     """
 
     output: O | None = None
-    next_steps: tuple[StepMovement, ...] = ()
+    next_steps: tuple[StepMovement[Any], ...] = ()
     canceling_steps: tuple[type[Step[Any]] | Step[Any], ...] = ()
+
+    def with_canceling_steps(self, *steps: type[Step[Any]] | Step[Any]) -> RPCResult[O]:
+        """Return a copy that also cancels the live executions of these Step types."""
+        return replace(self, canceling_steps=self.canceling_steps + steps)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,13 +73,17 @@ class BoundRpc:
     method: Callable[..., Any]
 
 
+_DEFAULT_TIMEOUT_S = 60.0
+
+
 @overload
-def rpc(func: F, /) -> F: ...
+def rpc(handler: F) -> F: ...
 @overload
 def rpc(
+    handler: None = None,
     *,
     name: str | None = None,
-    timeout: timedelta | float = 60.0,
+    timeout: timedelta | float | None = None,
     lock_attributes: Sequence[LockKey] = (),
     is_transactional: bool = False,
     load_attribute_maps: Sequence[AttributeMap[Any]] = (),
@@ -85,11 +93,10 @@ def rpc(
     load_channel_map_instances: Sequence[InstanceLoad] = (),
 ) -> Callable[[F], F]: ...
 def rpc(
-    func: Any = None,
-    /,
+    handler: Any = None,
     *,
     name: str | None = None,
-    timeout: timedelta | float = 60.0,
+    timeout: timedelta | float | None = None,
     lock_attributes: Sequence[LockKey] = (),
     is_transactional: bool = False,
     load_attribute_maps: Sequence[AttributeMap[Any]] = (),
@@ -106,9 +113,10 @@ def rpc(
     heartbeat or write Streams. Call it with ``client.invoke_rpc(flow.method, flow_id, input)``.
 
     Args:
-        func: the method, when used as bare ``@rpc``.
+        handler: the method, when used as bare ``@rpc`` (or ``rpc(handler=fn)``).
         name: RPC name (default: the method name).
-        timeout: per-invocation timeout (default 60 s).
+        timeout: per-invocation timeout, a ``timedelta`` or seconds (None, the default:
+            60 s).
         lock_attributes: lock keys; any lock makes the RPC transactional, and a held key
             fails the call at once with ``RpcLockConflictError``.
         is_transactional: snapshot, handler and commit are atomic (needs a running Flow).
@@ -119,7 +127,12 @@ def rpc(
         load_channel_map_instances: single ChannelMap instances (``cmap.load(key)``).
 
     """
-    t = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if timeout is None:
+        t = _DEFAULT_TIMEOUT_S
+    elif isinstance(timeout, timedelta):
+        t = timeout.total_seconds()
+    else:
+        t = float(timeout)
     definition = RpcDef(
         name=name,
         timeout_s=t,
@@ -138,7 +151,7 @@ def rpc(
         setattr(f, _ATTR, definition)
         return f
 
-    return mark(func) if func is not None else mark
+    return mark(handler) if handler is not None else mark
 
 
 def rpc_def(obj: object) -> RpcDef | None:

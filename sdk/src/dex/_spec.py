@@ -17,7 +17,7 @@ from dex._protocol import (
     WaitSpec,
 )
 from dex._waits import ChannelCondition, Wait
-from dex.errors import FlowDefinitionError, InvalidStepResultError
+from dex.errors import FlowDefinitionError, InvalidStepResultError, feature_not_available
 
 if TYPE_CHECKING:
     from dex._decisions import StepDecision, StepMovement
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["decision_spec", "flow_spec", "movement_wire", "options_spec", "wait_spec"]
 
 _DEFAULT_RETRY = RetryPolicySpec()
+_DEFAULTS = StepOptionsSpec()
 
 
 def flow_spec(flow: Flow[Any]) -> FlowSpec:
@@ -44,9 +45,15 @@ def flow_spec(flow: Flow[Any]) -> FlowSpec:
     return spec
 
 
-def retry_spec(p: RetryPolicy) -> RetryPolicySpec:
-    """Wire form of a RetryPolicy; zero/None values take the defaults."""
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def retry_spec(p: RetryPolicy | None) -> RetryPolicySpec:
+    """Wire form of a RetryPolicy; None, and zero/None values, take the defaults."""
     d = _DEFAULT_RETRY
+    if p is None:
+        return d
     return RetryPolicySpec(
         initial_interval_s=seconds(p.initial_interval) or d.initial_interval_s,
         backoff_coefficient=p.backoff_coefficient or d.backoff_coefficient,
@@ -128,12 +135,9 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
         failure_step = target.step_type
         if o.execute_failure_options is not None:
             failure_options = options_spec(o.execute_failure_options, entry, where)
-    wait_for_timeout = seconds(o.wait_for_method_timeout)
-    execute_timeout = seconds(o.execute_method_timeout)
-    assert wait_for_timeout is not None and execute_timeout is not None
     return StepOptionsSpec(
-        wait_for_timeout_s=wait_for_timeout,
-        execute_timeout_s=execute_timeout,
+        wait_for_timeout_s=_or(seconds(o.wait_for_method_timeout), _DEFAULTS.wait_for_timeout_s),
+        execute_timeout_s=_or(seconds(o.execute_method_timeout), _DEFAULTS.execute_timeout_s),
         heartbeat_timeout_s=seconds(o.heartbeat_timeout),
         schedule_to_start_timeout_s=(
             seconds(o.schedule_to_start_timeout)
@@ -190,7 +194,7 @@ def wait_spec(wait: object, entry: FlowEntry) -> WaitSpec:
     return wait.to_spec()
 
 
-def movement_wire(m: StepMovement, entry: FlowEntry) -> Movement:
+def movement_wire(m: StepMovement[Any], entry: FlowEntry) -> Movement:
     """Wire form of one movement (input encoded with the target Step's input type).
 
     Raises:
@@ -237,7 +241,7 @@ def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
 
     """
     from dex._codec import ANY_CODEC
-    from dex._decisions import StepDecision
+    from dex._decisions import DecisionKind, StepDecision
 
     if not isinstance(decision, StepDecision):
         raise InvalidStepResultError(
@@ -245,7 +249,9 @@ def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
             f"{decision!r:.100}"
         )
     d: StepDecision = decision
-    if d.kind == "go_to" and not d.movements:
+    if d.kind is DecisionKind.FORCE_COMPLETE_IF_CHANNELS_EMPTY:
+        feature_not_available("force_complete_if_channels_empty")
+    if d.kind is DecisionKind.NEXT and not d.movements:
         raise InvalidStepResultError(
             "a go_to decision needs at least one StepMovement; use dead_end() to end a branch"
         )
@@ -253,12 +259,12 @@ def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
     if d.output is not None:
         output = Raw(ANY_CODEC.encode(d.output))
     return DecisionSpec(
-        kind=d.kind,
+        kind="go_to" if d.kind is DecisionKind.NEXT else d.kind.value,  # type: ignore[arg-type]
         movements=[movement_wire(m, entry) for m in d.movements],
         output=output,
-        reason=d.reason,
-        cancel_steps=step_types(d.cancel_steps, entry, "with_canceling_steps"),
+        reason=d.reason or None,
+        cancel_steps=step_types(d.canceling_steps, entry, "with_canceling_steps"),
         cancel_sibling_steps=step_types(
-            d.cancel_sibling_steps, entry, "with_canceling_sibling_steps"
+            d.canceling_sibling_steps, entry, "with_canceling_sibling_steps"
         ),
     )

@@ -33,9 +33,18 @@ class StepOutput:
     """A progress frame a sync generator handler yields: ``heartbeat(...)`` or ``stream.write``.
 
     Frames are forwarded to the server in order, while the handler keeps running.
+
+    Raises:
+        TypeError: on ``StepOutput(...)`` itself: build frames with those functions.
+
     """
 
     __slots__ = ()
+
+    def __new__(cls, *args: object, **kwargs: object) -> StepOutput:
+        if cls is StepOutput:
+            raise TypeError("StepOutput frames are built by heartbeat(...) or stream.write(...)")
+        return super().__new__(cls)
 
 
 @dataclass(frozen=True, slots=True)

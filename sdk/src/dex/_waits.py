@@ -2,18 +2,46 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dex._protocol import ConditionSpec, WaitSpec
+from dex.errors import feature_not_available
 
-__all__ = ["ChannelCondition", "Condition", "Timer", "TimerCondition", "Wait"]
+if TYPE_CHECKING:
+    from dex._client import FlowResult
+    from dex._context import Context
+    from dex._flow import Flow
+    from dex._subflows import SubFlowOptions
+
+__all__ = [
+    "ChannelCondition",
+    "Condition",
+    "ConditionCombination",
+    "SubFlow",
+    "SubFlowCondition",
+    "Timer",
+    "TimerCondition",
+    "Wait",
+    "WaitKind",
+]
+
+
+class Condition:
+    """Base class of the conditions a ``Wait`` holds (Timers, Channels, SubFlows).
+
+    Build conditions with their factories (``Timer.by_duration``, ``channel.for_one()``,
+    ``SubFlow.run``...); ``condition_id`` optionally names one in the execution's history.
+    """
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TimerCondition:
+class TimerCondition(Condition):
     """A durable Timer condition (``Timer.by_duration`` or ``Timer.at``)."""
 
     duration_s: float | None = None
@@ -30,7 +58,7 @@ class TimerCondition:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ChannelCondition:
+class ChannelCondition(Condition):
     """Wait for messages of one Channel or ChannelMap instance (``channel.for_one()`` ...).
 
     ``max_count=None`` means "everything queued" (``at_least``).
@@ -53,7 +81,66 @@ class ChannelCondition:
         )
 
 
-Condition = TimerCondition | ChannelCondition
+@dataclass(frozen=True, slots=True)
+class SubFlowCondition(Condition):
+    """A condition that holds when a child Flow run finishes (``SubFlow.run(...)``).
+
+    SubFlows are not run by this release: a ``wait_for`` that returns a Wait with this
+    condition fails (not retried) with ``FeatureNotAvailableError("SubFlows")``.
+    """
+
+    condition_id: str | None = None
+    flow: Flow[Any] | None = None
+    input: object = None
+    options: SubFlowOptions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionCombination:
+    """A group of conditions that hold together, for ``Wait.any_combination_of``.
+
+    Condition combinations are not run by this release: a ``wait_for`` returning such a
+    Wait fails (not retried) with ``FeatureNotAvailableError``.
+    """
+
+    conditions: tuple[Condition, ...]
+
+    @staticmethod
+    def of(*conditions: Condition) -> ConditionCombination:
+        """Return the combination of ``conditions``.
+
+        Raises:
+            ValueError: no condition was given.
+            TypeError: a value that is not a condition.
+
+        """
+        return ConditionCombination(_checked(conditions))
+
+
+class SubFlow:
+    """Factories and readers of SubFlow conditions (a child Flow run awaited by a Step).
+
+    SubFlows are not run by this release: ``run`` builds the condition (so definitions
+    import and type-check), and waiting on it, ``get_flow_id`` and
+    ``get_condition_results`` raise ``FeatureNotAvailableError("SubFlows")``.
+    """
+
+    @staticmethod
+    def run(flow: Flow[Any], input: object, options: SubFlowOptions | None = None) -> Condition:
+        """Return a condition that starts ``flow`` with ``input`` and holds when it ends."""
+        return SubFlowCondition(
+            options.condition_id if options is not None else None, flow, input, options
+        )
+
+    @staticmethod
+    def get_flow_id(context: Context, index: int = 0) -> str:
+        """Return the Flow ID of the ``index``-th SubFlow condition of this Step's Wait."""
+        feature_not_available("SubFlows")
+
+    @staticmethod
+    def get_condition_results(context: Context, index: int = 0) -> FlowResult:
+        """Return the result of the ``index``-th SubFlow condition of this Step's Wait."""
+        feature_not_available("SubFlows")
 
 
 def channel_bounds(kind: str, lo: int, hi: int | None) -> tuple[int, int | None]:
@@ -95,6 +182,24 @@ class Timer:
         return TimerCondition(fire_at=deadline.timestamp(), condition_id=condition_id)
 
 
+class WaitKind(enum.StrEnum):
+    """How a Wait's conditions combine."""
+
+    SKIP_IMMEDIATELY = "skip_immediately"
+    ALL_OF = "all_of"
+    ANY_OF = "any_of"
+    ANY_COMBINATION_OF = "any_combination_of"
+
+
+# the wire's names of the kinds; "all" / "any" / "skip" are also accepted as kinds
+_WIRE_MODE: dict[WaitKind, Literal["all", "any", "skip"]] = {
+    WaitKind.SKIP_IMMEDIATELY: "skip",
+    WaitKind.ALL_OF: "all",
+    WaitKind.ANY_OF: "any",
+}
+_MODE_KIND = {mode: kind for kind, mode in _WIRE_MODE.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """What a ``wait_for`` returns: the conditions that must hold before ``execute`` runs.
@@ -102,10 +207,27 @@ class Wait:
     ``Wait.until(c)`` / ``Wait.all_of(*cs)``: every condition ready. ``Wait.any_of(*cs)``:
     the first ready condition in canonical order (Timers, then Channels, each in argument
     order) wins and only it consumes messages. ``Wait.skip_immediately()``: no condition.
+    ``Wait.any_combination_of(*combinations)`` can be built but is not run by this
+    release (``FeatureNotAvailableError`` when returned from ``wait_for``).
     """
 
-    mode: Literal["all", "any", "skip"]
+    kind: WaitKind
     conditions: tuple[Condition, ...] = ()
+    combinations: tuple[ConditionCombination, ...] = ()
+
+    def __post_init__(self) -> None:
+        kind: object = self.kind
+        if not isinstance(kind, WaitKind):
+            try:
+                kind = _MODE_KIND.get(kind) or WaitKind(kind)  # type: ignore[call-overload, arg-type]
+            except (ValueError, TypeError):
+                raise ValueError(f"not a WaitKind: {self.kind!r}") from None
+            object.__setattr__(self, "kind", kind)
+
+    @property
+    def mode(self) -> Literal["all", "any", "skip", "any_combination"]:
+        """The kind as the wire names it."""
+        return _WIRE_MODE.get(self.kind, "any_combination")
 
     @staticmethod
     def until(condition: Condition) -> Wait:
@@ -120,7 +242,7 @@ class Wait:
             ValueError: no condition was given.
 
         """
-        return Wait("all", _checked(conditions))
+        return Wait(WaitKind.ALL_OF, _checked(conditions))
 
     @staticmethod
     def any_of(*conditions: Condition) -> Wait:
@@ -130,22 +252,54 @@ class Wait:
             ValueError: no condition was given.
 
         """
-        return Wait("any", _checked(conditions))
+        return Wait(WaitKind.ANY_OF, _checked(conditions))
+
+    @staticmethod
+    def any_combination_of(*combinations: ConditionCombination) -> Wait:
+        """Wait until every condition of one of the ``combinations`` is ready.
+
+        Not run by this release: returning it from ``wait_for`` fails the attempt (not
+        retried) with ``FeatureNotAvailableError``.
+
+        Raises:
+            ValueError: no combination was given.
+            TypeError: a value that is not a ``ConditionCombination``.
+
+        """
+        if not combinations:
+            raise ValueError("Wait.any_combination_of needs at least one ConditionCombination")
+        for c in combinations:
+            if not isinstance(c, ConditionCombination):
+                raise TypeError(f"not a ConditionCombination: {c!r}")
+        return Wait(WaitKind.ANY_COMBINATION_OF, (), tuple(combinations))
 
     @staticmethod
     def skip_immediately() -> Wait:
         """Go to ``execute`` at once."""
-        return Wait("skip")
+        return Wait(WaitKind.SKIP_IMMEDIATELY)
 
     def to_spec(self) -> WaitSpec:
-        """Return the wire form."""
-        return WaitSpec(mode=self.mode, conditions=[c.to_spec() for c in self.conditions])
+        """Return the wire form.
+
+        Raises:
+            FeatureNotAvailableError: a condition combination or a SubFlow condition.
+
+        """
+        mode = _WIRE_MODE.get(self.kind)
+        if mode is None:
+            feature_not_available("Wait.any_combination_of (condition combinations)")
+        specs = []
+        for c in self.conditions:
+            if not isinstance(c, TimerCondition | ChannelCondition):
+                feature_not_available("SubFlows")
+            specs.append(c.to_spec())
+        return WaitSpec(mode=mode, conditions=specs)
 
 
 def _checked(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
     if not conditions:
         raise ValueError("a Wait needs at least one condition (or use Wait.skip_immediately())")
     for c in conditions:
-        if not isinstance(c, TimerCondition | ChannelCondition):
+        if not isinstance(c, Condition):
             raise TypeError(f"not a Wait condition: {c!r}")
-    return conditions
+    return tuple(conditions)

@@ -71,7 +71,7 @@ class After(Step[str]):
 
 
 class KillMidExecute(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Before()).other_steps(Middle(), After())
 
 
@@ -90,7 +90,7 @@ class Silent(Step[str]):
 
 
 class SilentDeath(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Silent())
 
 
@@ -120,7 +120,7 @@ class OnceFailed(Step[str]):
 
 
 class AtMostOnce(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(OnceOnly()).other_steps(OnceFailed())
 
 
@@ -178,7 +178,7 @@ class Final(Step[str]):
 
 
 class Durable(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(DurableStart()).other_steps(
             TimerWait(), BellWait(), GatedStep(), Final()
         )

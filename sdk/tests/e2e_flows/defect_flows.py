@@ -35,7 +35,7 @@ class FanOutToNothing(Step[str]):
 
 
 class EmptyFanOut(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(FanOutToNothing())
 
 
@@ -50,7 +50,7 @@ class Idle(Step[str]):
 class HeldCounter(Flow[str]):
     """``add_one`` adds 1 to ``count`` after parking at gate ``<flow_id>-txn``."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Idle())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -35,7 +35,7 @@ class GoAstray(Step[int]):
 
 
 class StrayDecision(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(GoAstray())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -57,7 +57,7 @@ class Store(Step[str]):
 class Keeper(Flow[str]):
     """Keeps a value in an Attribute; ``size`` reads it back (effect-free)."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Store())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -75,7 +75,7 @@ class Keeper(Flow[str]):
 class NotRegistered(Flow[int]):
     """A Flow no Registry holds."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Unregistered())
 
 

@@ -31,7 +31,7 @@ class Together(Step[str]):
 
 
 class Side(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Together())
 
 
@@ -50,7 +50,7 @@ class Unattended(Step[str]):
 
 
 class Once(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Unattended())
 
 
@@ -72,7 +72,7 @@ class ModelCall(Step[str]):
 
 
 class Turn(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(ModelCall())
 
 
@@ -99,7 +99,7 @@ class Overrun(Step[str]):
 
 
 class Slow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Overrun())
 
 
@@ -123,7 +123,7 @@ class Brief(Step[str]):
 class Impatient(Flow[str]):
     """A Flow whose Steps wait at most 1 s for a Worker (no Worker serves it)."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Brief())
 
     def get_schedule_to_start_timeout(self) -> timedelta | float | None:

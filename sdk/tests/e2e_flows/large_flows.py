@@ -47,7 +47,7 @@ class Fill(Step[FillPlan]):
 
 
 class Filler(Flow[FillPlan]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[FillPlan]:
         return StepList.start_step(Fill())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -66,7 +66,7 @@ class Linger(Step[float]):
 
 
 class Companion(Flow[float]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[float]:
         return StepList.start_step(Linger())
 
 

@@ -59,7 +59,7 @@ class Pending:
 
 
 class Lifecycle(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Hold())
 
     def get_persistence_schema(self) -> PersistenceSchema:

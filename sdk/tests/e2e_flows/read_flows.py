@@ -69,7 +69,7 @@ class ReadLog(Step[int]):
 class ReadFlow(Flow[int]):
     """Fills a log, then reads it back on demand; RPCs read pages of it."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(FillLog()).other_steps(ReadLog())
 
     def get_persistence_schema(self) -> PersistenceSchema:

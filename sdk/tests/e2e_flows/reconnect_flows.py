@@ -63,7 +63,7 @@ class Done(Step[str]):
 
 
 class Blip(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Work()).other_steps(Done())
 
     def get_persistence_schema(self) -> PersistenceSchema:

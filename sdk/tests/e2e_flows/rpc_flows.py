@@ -77,7 +77,7 @@ class Parked(Step[str]):
 class RpcFlow(Flow[None]):
     """Driven by RPCs: reads, transactional writes, scheduling and cancelling Steps."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[None]:
         return StepList.start_step(Idle()).other_steps(Work(), Parked())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -144,7 +144,7 @@ class HoldLock(Step[str]):
 class LockFlow(Flow[str]):
     """The ``hold`` RPC schedules HoldLock Steps; ``bump`` needs the same lock."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.without_start_step(HoldLock())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -183,7 +183,7 @@ class Speak(Step[str]):
 
 
 class StreamFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Speak())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -227,7 +227,7 @@ class Drain(Step[DrainPlan]):
 
 
 class FanInFlow(Flow[DrainPlan]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[DrainPlan]:
         return StepList.start_step(Drain())
 
     def get_persistence_schema(self) -> PersistenceSchema:

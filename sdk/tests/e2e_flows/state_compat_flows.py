@@ -94,7 +94,7 @@ class Instances:
 class StateCompatFlow(Flow[int]):
     """Collect -> Drain -> Speak, driven by ``post`` RPCs."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Collect()).other_steps(Drain(), Speak())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -104,7 +104,7 @@ class StateView:
 class AttributeFlow(Flow[int]):
     """Attribute and AttributeMap reads, writes, deletes and load selections."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(WriteState()).other_steps(
             ListWholeMap(), ReadSelected(), ReadNothing()
         )
@@ -219,7 +219,7 @@ class BoxMessage:
 class ChannelFlow(Flow[WaitPlan]):
     """Prepare(plan) -> Collect(plan): one Wait over ``inbox`` / ``boxes`` / a Timer."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[WaitPlan]:
         return StepList.start_step(Prepare()).other_steps(Collect())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -61,7 +61,7 @@ class SeqFinish(Step[int]):
 class Sequential(Flow[int]):
     """SeqAdd(x) -> SeqDouble(x + 1) -> SeqFinish(2x + 2), which completes with a Trace."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(SeqAdd()).other_steps(SeqDouble(), SeqFinish())
 
 
@@ -81,7 +81,7 @@ class Square(Step[int]):
 class FanOut(Flow[int]):
     """Scatter(n) fans out to n Square Steps; each completes gracefully with i*i."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Scatter()).other_steps(Square())
 
 
@@ -125,7 +125,7 @@ class Decide(Step[str]):
 class Completion(Flow[str]):
     """Fork -> (ParkedUntilRelease, Decide(mode)); ``release`` RPC publishes one message."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Fork()).other_steps(ParkedUntilRelease(), Decide())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -192,7 +192,7 @@ class SiblingCanceler(Step[str]):
 class Cancellation(Flow[str]):
     """Canceling Steps (mode ``all``) and sibling Steps (mode ``siblings``)."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(CancelRoot()).other_steps(
             Blocker(), Canceler(), Branch(), SiblingCanceler()
         )

@@ -69,7 +69,7 @@ class Sleep(Step[TimerPlan]):
 
 
 class TimerFlow(Flow[TimerPlan]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[TimerPlan]:
         return StepList.start_step(Sleep())
 
 
@@ -122,7 +122,7 @@ class StartFlaky(Step[RetryPlan]):
 
 
 class RetryFlow(Flow[RetryPlan]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[RetryPlan]:
         return StepList.start_step(StartFlaky()).other_steps(Flaky())
 
 
@@ -147,7 +147,7 @@ class SlowFirstAttempt(Step[str]):
 
 
 class MethodTimeoutFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(SlowFirstAttempt())
 
 
@@ -193,7 +193,7 @@ class GoesQuiet(Step[str]):
 
 
 class HeartbeatTimeoutFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(GoesQuiet())
 
 
@@ -238,7 +238,7 @@ class Recover(Step[str]):
 
 
 class ExecuteFailureRouteFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Doomed()).other_steps(Recover())
 
 
@@ -257,7 +257,7 @@ class BadWaitFor(Step[str]):
 
 
 class WaitForProceedFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(BadWaitFor())
 
 
@@ -272,7 +272,7 @@ class DoomedNoRoute(Step[str]):
 
 
 class ExhaustedFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(DoomedNoRoute())
 
 
@@ -305,7 +305,7 @@ class GeneratorSteps(Step[str]):
 
 
 class GeneratorFlow(Flow[str]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(GeneratorSteps())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -36,7 +36,7 @@ class TimesTen(Step[int]):
 class TwoSteps(Flow[int]):
     """AddOne(x) -> TimesTen(x + 1), which completes with 10 * (x + 1)."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(AddOne()).other_steps(TimesTen())
 
 
@@ -77,7 +77,7 @@ class Emit(Step[int]):
 class Emitter(Flow[int]):
     """Writes ``m0 .. m<n-1>`` to the ``out`` Stream, then completes with n."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(Emit())
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -96,7 +96,7 @@ class Slow(Step[str]):
 class SlowFlow(Flow[str]):
     """One Step that waits at the ``slow`` gate before completing."""
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[str]:
         return StepList.start_step(Slow())
 
 
@@ -116,7 +116,7 @@ class ReadBig(Step[int]):
 
 
 class BigValue(Flow[int]):
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[int]:
         return StepList.start_step(ReadBig())
 
     def get_persistence_schema(self) -> PersistenceSchema:

@@ -81,14 +81,16 @@ def flow_closed(
     error_type: str | None,
     error_message: str | None,
     completions: list[dict[str, Any]],
+    error_detail: str | None = None,
 ) -> bytes:
-    """Payload of ``FlowClosed``."""
+    """Payload of ``FlowClosed``; ``errorDetail`` says which execution failed, and how."""
     return _encoder.encode(
         _clean(
             {
                 "status": status,
                 "errorType": error_type,
                 "errorMessage": error_message,
+                "errorDetail": error_detail,
                 "completions": completions,
             }
         )

@@ -151,7 +151,13 @@ def close_flow(
     *,
     error_type: str | None = None,
     error_message: str | None = None,
+    error_detail: str | None = None,
 ) -> None:
+    """Close the run and record its FlowClosed event.
+
+    ``error_message`` is what the Flow's result reports; ``error_detail`` (which execution
+    failed and how, or a stop's reason) is kept in the event only.
+    """
     live = [e.execution_id for e in tx.executions.of_run(flow.run_id)]
     cancel_execs(tx, flow, live, eff)
     tx.executions.delete_run(flow.run_id)
@@ -179,6 +185,7 @@ def close_flow(
             status=status,
             error_type=error_type,
             error_message=error_message,
+            error_detail=error_detail,
             completions=completions,
         ),
         now,

@@ -243,7 +243,9 @@ def stop_flow(tx: Tx, limits: Limits, flow_id: str, req: StopFlowRequest, now: f
         now,
         eff,
         error_type=error_type,
-        error_message=req.reason,
+        # a terminated run reports no error message; its reason stays in the history
+        error_message=None if req.type == "terminate" else req.reason,
+        error_detail=req.reason,
     )
     finish(tx, flow, eff)
     return eff

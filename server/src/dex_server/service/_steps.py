@@ -15,7 +15,7 @@ from dex._protocol import (
     WaitSpec,
 )
 
-from dex_server.dispatch import schedule_to_start_error
+from dex_server.dispatch import SCHEDULE_TO_START_TIMEOUT, schedule_to_start_error
 from dex_server.engine import (
     InvalidDecisionError,
     LiveExecution,
@@ -43,6 +43,12 @@ from dex_server.store import ExecRecord, FlowRecord, Tx
 INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
 # the SDK's own check of a handler result fails the attempt with this error type
 _INVALID_CODE_ERRORS = frozenset({INVALID_USER_FLOW_CODE, "InvalidStepResultError"})
+# failures the engine itself records (not a handler's exception): the Flow's error message
+# names their type, since no message of the user's says what happened
+_ENGINE_FAILURES = frozenset(
+    {"TIMEOUT", SCHEDULE_TO_START_TIMEOUT, "WORKER_CONNECTION_LOST", "SERVER_RESTARTED"}
+    | {v for k, v in vars(ErrorCode).items() if k.isupper() and isinstance(v, str)}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,7 +412,12 @@ def fail_attempt(
         now,
         eff,
         error_type=error_type,
-        error_message=f"{e.execution_id} {kind} failed: {error.error_type}: {error.message}",
+        error_message=(
+            f"{error.error_type}: {error.message}"
+            if error.error_type in _ENGINE_FAILURES
+            else error.message
+        ),
+        error_detail=f"{e.execution_id} {kind} failed: {error.error_type}: {error.message}",
     )
 
 

@@ -150,7 +150,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         override: dict[str, object] = {"config_override": self.config}
         return StartFlowOptions(**override)  # type: ignore[arg-type, unused-ignore]
 
-    def get_steps(self) -> StepList:
+    def get_steps(self) -> StepList[AgentSessionStartInput]:
         """Return ``StartAgentSession`` as the start Step, then every other Step."""
         return StepList.start_step(self._start).other_steps(*self._steps)
 

@@ -80,7 +80,7 @@ class _ToolCallStep(Step[str]):
         )
 
 
-def movement_to(step: _ToolCallStep, tool_call_id: str) -> StepMovement:
+def movement_to(step: _ToolCallStep, tool_call_id: str) -> StepMovement[str]:
     """Return a movement to a tool Step for one call, loading only that call's record."""
     return StepMovement.of(step, tool_call_id, options=step.options_for(tool_call_id))
 

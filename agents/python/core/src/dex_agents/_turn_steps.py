@@ -282,7 +282,7 @@ class RunModel(_TurnStep):
         limit = self._parts.options.interrupt_deadline
         deadline = None if limit is None else now + limit.total_seconds()
         interrupts = pending_interrupts(ctx)
-        movements: list[StepMovement] = []
+        movements: list[StepMovement[Any]] = []
         for index, call in enumerate(outcome.tool_calls):
             approval = is_approval_required(call.policy)
             interrupt_id = interrupt_id_of(turn_id, call.tool_call_id) if approval else None

@@ -1,0 +1,62 @@
+"""SubFlow options: how a Step starts a child Flow (named here, not run yet)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dex._options import Duration, RetryPolicy
+
+if TYPE_CHECKING:
+    from dex._state import Attribute, AttributeMap
+
+__all__ = ["SubFlowOptions", "SubFlowReusePolicy"]
+
+
+class SubFlowReusePolicy(enum.StrEnum):
+    """What ``SubFlow.run`` does when the child Flow ID already has a run (SubFlows)."""
+
+    ATTACH = "attach"
+    """Wait for the existing run, whatever its outcome."""
+    RESTART_IF_PREVIOUS_EXITS_ABNORMALLY = "restart_if_previous_exits_abnormally"
+    """Start a new run unless the previous one completed (default)."""
+    ALWAYS_RESTART = "always_restart"
+    """Always start a new run."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubFlowOptions:
+    """How ``SubFlow.run`` starts a child Flow (SubFlows).
+
+    SubFlows are not run by this release: these options can be built, and a Wait on the
+    SubFlow condition fails with ``FeatureNotAvailableError("SubFlows")``. The fields
+    mirror ``StartFlowOptions`` plus ``reuse_policy`` and ``condition_id`` (the id of the
+    condition in the parent's Wait). ``timeout_policy`` takes a ``FlowTimeoutPolicy``
+    (default ``"default"``, its DEFAULT member's value); ``timeout_handler_options`` a
+    ``FlowTimeoutHandlerOptions`` and ``config_override`` a ``FlowConfig``.
+    """
+
+    timeout: Duration | None = None
+    timeout_policy: Any = "default"
+    timeout_handler_options: Any = None
+    start_delay: Duration | None = None
+    retry_policy: RetryPolicy | None = None
+    _attribute_initializations: tuple[tuple[Any, tuple[object, ...]], ...] = ()
+    config_override: Any = None
+    reuse_policy: SubFlowReusePolicy = SubFlowReusePolicy.RESTART_IF_PREVIOUS_EXITS_ABNORMALLY
+    condition_id: str | None = None
+
+    def with_attribute(
+        self, attribute: Attribute[Any] | AttributeMap[Any], /, *args: object
+    ) -> SubFlowOptions:
+        """Return a copy that also sets an initial value of the child's ``attribute``.
+
+        ``with_attribute(attr, value)`` for an Attribute, ``with_attribute(amap, key,
+        value)`` for an AttributeMap instance.
+        """
+        entry = (attribute, tuple(args))
+        return dataclasses.replace(
+            self, _attribute_initializations=(*self._attribute_initializations, entry)
+        )
