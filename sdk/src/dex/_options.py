@@ -37,7 +37,7 @@ def seconds(d: Duration | None) -> float | None:
     return d.total_seconds() if isinstance(d, timedelta) else float(d)
 
 
-class StepDurability(enum.StrEnum):
+class StepDurability(enum.Enum):
     """When a method's result is persisted. ASYNC behaves as SYNC in this engine."""
 
     DEFAULT = "default"
@@ -45,7 +45,7 @@ class StepDurability(enum.StrEnum):
     ASYNC = "async"
 
 
-class WaitForFailurePolicy(enum.StrEnum):
+class WaitForFailurePolicy(enum.Enum):
     """What happens when ``wait_for`` exhausts its retries."""
 
     FAIL_FLOW = "fail_flow"

@@ -7,6 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dex._client._options import FlowTimeoutHandlerOptions, FlowTimeoutPolicy
+from dex._flow_config import FlowConfig
 from dex._options import Duration, RetryPolicy
 
 if TYPE_CHECKING:
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["SubFlowOptions", "SubFlowReusePolicy"]
 
 
-class SubFlowReusePolicy(enum.StrEnum):
+class SubFlowReusePolicy(enum.Enum):
     """What ``SubFlow.run`` does when the child Flow ID already has a run (SubFlows)."""
 
     ATTACH = "attach"
@@ -33,18 +35,16 @@ class SubFlowOptions:
     SubFlows are not run by this release: these options can be built, and a Wait on the
     SubFlow condition fails with ``FeatureNotAvailableError("SubFlows")``. The fields
     mirror ``StartFlowOptions`` plus ``reuse_policy`` and ``condition_id`` (the id of the
-    condition in the parent's Wait). ``timeout_policy`` takes a ``FlowTimeoutPolicy``
-    (default ``"default"``, its DEFAULT member's value); ``timeout_handler_options`` a
-    ``FlowTimeoutHandlerOptions`` and ``config_override`` a ``FlowConfig``.
+    condition in the parent's Wait).
     """
 
     timeout: Duration | None = None
-    timeout_policy: Any = "default"
-    timeout_handler_options: Any = None
+    timeout_policy: FlowTimeoutPolicy = FlowTimeoutPolicy.DEFAULT
+    timeout_handler_options: FlowTimeoutHandlerOptions | None = None
     start_delay: Duration | None = None
     retry_policy: RetryPolicy | None = None
     _attribute_initializations: tuple[tuple[Any, tuple[object, ...]], ...] = ()
-    config_override: Any = None
+    config_override: FlowConfig | None = None
     reuse_policy: SubFlowReusePolicy = SubFlowReusePolicy.RESTART_IF_PREVIOUS_EXITS_ABNORMALLY
     condition_id: str | None = None
 
