@@ -10,7 +10,6 @@ from pathlib import Path
 
 import dex
 import pytest
-from dex import FeatureNotAvailableError
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, AgentTestStack, InvocationLog
 
@@ -21,10 +20,11 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def test_a_config_that_is_not_a_flow_config_is_refused() -> None:
-    # Without FlowConfig in the SDK any config is refused as not available; with it, a
-    # value of another type is a TypeError.
-    with pytest.raises((FeatureNotAvailableError, TypeError), match="FlowConfig"):
-        AgentSessionFlow(MyFrameworkRunner(build_agent()), config={"step_durability": "async"})
+    with pytest.raises(TypeError, match="FlowConfig"):
+        AgentSessionFlow(
+            MyFrameworkRunner(build_agent()),
+            config={"step_durability": "async"},  # type: ignore[arg-type]
+        )
 
 
 def test_without_a_config_sessions_start_with_the_server_defaults() -> None:
@@ -33,13 +33,8 @@ def test_without_a_config_sessions_start_with_the_server_defaults() -> None:
     assert flow.start_flow_options() == dex.StartFlowOptions()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ImportError, FeatureNotAvailableError),
-    reason="dex.FlowConfig and StartFlowOptions.config_override come with the client work",
-)
 async def test_an_async_flow_config_replays_no_step(tmp_path: Path) -> None:
-    from dex import FlowConfig, StepDurability  # type: ignore[attr-defined, unused-ignore]
+    from dex import FlowConfig, StepDurability
 
     config = FlowConfig(step_durability=StepDurability.ASYNC)
     flow = AgentSessionFlow(

@@ -27,11 +27,6 @@ from tests.my_agent import FINAL_USAGE, MyFrameworkRunner, build_agent, build_fl
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="positional BlobCacheConfig(directory, max_bytes) comes with the blob cache work",
-)
 async def test_running_an_agent_as_the_guide_writes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -48,7 +43,7 @@ async def test_running_an_agent_as_the_guide_writes_it(
             ),
         )
         registry = Registry([flow], allow_async_handlers=True)
-        cache = open_blob_cache(BlobCacheConfig(".dex-cache", 64 * 1024 * 1024))  # type: ignore[call-arg, unused-ignore]
+        cache = open_blob_cache(BlobCacheConfig(".dex-cache", 64 * 1024 * 1024))
         worker = AsyncWorker(registry, cache, WorkerOptions(server_address=server_address))
         client = AsyncClient(registry, cache, ClientOptions(server_address=server_address))
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
-
-import dex
 from dex import (
     Context,
-    FeatureNotAvailableError,
     Flow,
+    FlowConfig,
     PersistenceSchema,
     RPCResult,
     StartFlowOptions,
@@ -85,8 +82,6 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             so ``FlowConfig(step_durability=StepDurability.ASYNC)`` never replays a Step.
 
     Raises:
-        FeatureNotAvailableError: ``config`` is given, but this Dex SDK has no
-            ``FlowConfig`` or no ``StartFlowOptions.config_override``.
         TypeError: ``config`` is not a ``dex.FlowConfig``.
 
     Attributes:
@@ -103,7 +98,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         *,
         flow_type: str = DEFAULT_FLOW_TYPE,
         options: AgentSessionOptions | None = None,
-        config: object | None = None,
+        config: FlowConfig | None = None,
     ) -> None:
         if config is not None:
             _check_flow_config(config)
@@ -147,8 +142,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """
         if self.config is None:
             return StartFlowOptions()
-        override: dict[str, object] = {"config_override": self.config}
-        return StartFlowOptions(**override)  # type: ignore[arg-type, unused-ignore]
+        return StartFlowOptions(config_override=self.config)
 
     def get_steps(self) -> StepList[AgentSessionStartInput]:
         """Return ``StartAgentSession`` as the start Step, then every other Step."""
@@ -244,15 +238,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
 
 def _check_flow_config(config: object) -> None:
-    flow_config = getattr(dex, "FlowConfig", None)
-    if (
-        flow_config is None
-        or "config_override" not in inspect.signature(StartFlowOptions).parameters
-    ):
-        raise FeatureNotAvailableError(
-            "FlowConfig on agent sessions (StartFlowOptions.config_override)"
-        )
-    if not isinstance(config, flow_config):
+    if not isinstance(config, FlowConfig):
         raise TypeError(f"config must be a dex.FlowConfig, got {config!r}")
 
 
