@@ -30,6 +30,7 @@ from dex.errors import (
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     LimitExceededError,
+    StatusCode,
     UnauthenticatedError,
     ValueMappingError,
 )
@@ -129,7 +130,8 @@ async def test_malformed_page_token_is_a_bad_request_like_history(stack: Stack) 
 
     with pytest.raises(BadRequestError) as listed:
         await stack.client.list_flows(page_token="not-a-token")
-    assert listed.value.code == "BAD_REQUEST"
+    assert listed.value.error_code == "BAD_REQUEST"
+    assert listed.value.code == StatusCode.INVALID_ARGUMENT
     assert "bad page_token 'not-a-token'" in str(listed.value)
     with pytest.raises(BadRequestError) as paged:
         await stack.client.get_history(first.flows[0].flow_id, page_token="not-a-token")

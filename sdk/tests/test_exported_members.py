@@ -3,6 +3,7 @@ from __future__ import annotations
 import dex
 
 DEFINITIONS = {
+    "ApiKeyExchangeError",
     "AsyncContext",
     "Attribute",
     "AttributeMap",
@@ -21,10 +22,12 @@ DEFINITIONS = {
     "Context",
     "DexError",
     "DexServiceError",
+    "ErrorSubStatus",
     "Flow",
     "FlowAlreadyStartedError",
     "FlowClosingError",
     "FlowDefinitionError",
+    "FlowErrorType",
     "FlowNotActiveOrNotFoundError",
     "FlowNotFoundError",
     "InstanceLoad",
@@ -34,13 +37,16 @@ DEFINITIONS = {
     "LongPollTimeoutError",
     "NoWorkerAvailableError",
     "PersistenceSchema",
+    "PullRegistrationError",
     "RPCResult",
     "RecoveryErrorInfo",
     "Registry",
     "RequestTimeoutError",
+    "RetryAfterError",
     "RetryPolicy",
     "RpcLockConflictError",
     "ServiceUnavailableError",
+    "StatusCode",
     "Step",
     "StepDecision",
     "StepDurability",
@@ -59,6 +65,7 @@ DEFINITIONS = {
     "WorkerInvocationError",
     "codec_for",
     "heartbeat",
+    "retry_after",
     "rpc",
 }
 

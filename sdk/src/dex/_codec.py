@@ -56,7 +56,7 @@ def type_name(tp: object) -> str:
 def _check_finite(obj: object, path: str) -> None:
     if isinstance(obj, float):
         if not math.isfinite(obj):
-            raise ValueMappingError(f"{obj!r} is not valid in JSON - at `{path}`")
+            raise ValueMappingError("encode", f"{obj!r} is not valid in JSON - at `{path}`")
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _check_finite(v, f"{path}.{k}")
@@ -148,10 +148,10 @@ class TypeCodec:
         if fast is not None:
             if isinstance(value, fast) and not (isinstance(value, bool) and bool not in fast):
                 if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueMappingError(f"{value!r} is not valid in JSON")
+                    raise ValueMappingError("encode", f"{value!r} is not valid in JSON")
                 return _ENCODER.encode(value)
             raise ValueMappingError(
-                f"expected {self._name}, got {type(value).__qualname__}: {value!r:.80}"
+                "encode", f"expected {self._name}, got {type(value).__qualname__}: {value!r:.80}"
             )
         if self._adapter is not None:
             return self._encode_pydantic(value)
@@ -166,7 +166,7 @@ class TypeCodec:
         except ValueMappingError:
             raise
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("encode", f"value does not match {self._name}: {exc}") from exc
         return data
 
     def _encode_pydantic(self, value: object) -> bytes:
@@ -176,7 +176,7 @@ class TypeCodec:
             validated = self._adapter.validate_python(value)
             builtins = self._adapter.dump_python(validated, mode="json")
         except (pydantic.ValidationError, TypeError, ValueError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("encode", f"value does not match {self._name}: {exc}") from exc
         _check_finite(builtins, "$")
         return _ENCODER.encode(msgspec.to_builtins(builtins, order="sorted"))
 
@@ -188,11 +188,13 @@ class TypeCodec:
             try:
                 return self._adapter.validate_python(msgspec.json.decode(data))
             except (pydantic.ValidationError, msgspec.DecodeError) as exc:
-                raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+                raise ValueMappingError(
+                    "decode", f"value does not match {self._name}: {exc}"
+                ) from exc
         try:
             return self._decoder.decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("decode", f"value does not match {self._name}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"TypeCodec({self._name})"

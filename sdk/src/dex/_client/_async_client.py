@@ -25,7 +25,6 @@ from dex._client._types import (
 )
 from dex._protocol import (
     AttributeValuesWire,
-    ErrorCode,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -45,7 +44,7 @@ from dex._protocol import (
     StreamWriteRequest,
 )
 from dex._transport import HttpTransport
-from dex.errors import LongPollTimeoutError
+from dex.errors import ErrorSubStatus, LongPollTimeoutError, StatusCode
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -470,8 +469,9 @@ def _fmt(value: float) -> str:
 
 def _long_poll_timeout(flow_id: str, timeout: float | None) -> LongPollTimeoutError:
     return LongPollTimeoutError(
+        StatusCode.DEADLINE_EXCEEDED,
+        ErrorSubStatus.LONG_POLL_TIMEOUT,
         f"still waiting after {timeout}s",
-        code=ErrorCode.LONG_POLL_TIMEOUT,
-        flow_id=flow_id,
-        retryable=True,
+        "wait_for_flow",
+        flow_id,
     )
