@@ -239,8 +239,8 @@ def test_service_errors_accept_grpc_status_codes(fake_grpc: types.ModuleType) ->
         "describe_flow",
         "f",
     )
-    assert error.code is StatusCode.NOT_FOUND
     assert error.code == _FakeGrpcStatus.NOT_FOUND
+    assert error.code is StatusCode.NOT_FOUND
 
 
 def test_without_grpc_no_enum_looks_like_a_grpc_status(monkeypatch: pytest.MonkeyPatch) -> None:
