@@ -324,7 +324,7 @@ class DexServiceError(DexError):
     """
 
     # the error_code a class stands for, when built without one
-    default_error_code: ClassVar[str] = ErrorCode.INTERNAL
+    _default_error_code: ClassVar[str] = ErrorCode.INTERNAL
 
     def __init__(
         self,
@@ -345,7 +345,7 @@ class DexServiceError(DexError):
         self.flow_id = flow_id
         if error_code is None:
             error_code = (
-                self.default_error_code
+                self._default_error_code
                 if type(self) is not DexServiceError
                 else _ERROR_CODE_BY_STATUS.get(self.code, ErrorCode.INTERNAL)
             )
@@ -356,31 +356,31 @@ class DexServiceError(DexError):
 class FlowAlreadyStartedError(DexServiceError):
     """A Flow with this ID exists and the ID reuse policy rejects another run."""
 
-    default_error_code = ErrorCode.FLOW_ALREADY_STARTED
+    _default_error_code = ErrorCode.FLOW_ALREADY_STARTED
 
 
 class FlowNotFoundError(DexServiceError):
     """No Flow with this ID exists (or it was deleted after retention)."""
 
-    default_error_code = ErrorCode.FLOW_NOT_FOUND
+    _default_error_code = ErrorCode.FLOW_NOT_FOUND
 
 
 class FlowNotActiveOrNotFoundError(DexServiceError):
     """The Flow is closed or missing, and the operation needs a running Flow."""
 
-    default_error_code = ErrorCode.FLOW_NOT_ACTIVE
+    _default_error_code = ErrorCode.FLOW_NOT_ACTIVE
 
 
 class FlowClosingError(DexServiceError):
     """The Flow is closing; the request was rejected."""
 
-    default_error_code = ErrorCode.FLOW_CLOSING
+    _default_error_code = ErrorCode.FLOW_CLOSING
 
 
 class UnknownFlowTypeError(DexServiceError):
     """The Flow type or a Step type is not known to the server."""
 
-    default_error_code = ErrorCode.UNKNOWN_FLOW_TYPE
+    _default_error_code = ErrorCode.UNKNOWN_FLOW_TYPE
 
 
 class WorkerInvocationError(DexServiceError):
@@ -394,7 +394,7 @@ class WorkerInvocationError(DexServiceError):
         worker_stack_trace: its stack trace, when the server has one.
     """
 
-    default_error_code = ErrorCode.WORKER_API_ERROR
+    _default_error_code = ErrorCode.WORKER_API_ERROR
 
     def __init__(
         self,
@@ -429,55 +429,55 @@ class WorkerInvocationError(DexServiceError):
 class NoWorkerAvailableError(DexServiceError):
     """No Worker serving this Flow type accepted the task in time."""
 
-    default_error_code = ErrorCode.NO_WORKER_AVAILABLE
+    _default_error_code = ErrorCode.NO_WORKER_AVAILABLE
 
 
 class RpcLockConflictError(DexServiceError):
     """An RPC asked for an Attribute lock that a Step or another RPC holds. Retry later."""
 
-    default_error_code = ErrorCode.RPC_LOCK_CONFLICT
+    _default_error_code = ErrorCode.RPC_LOCK_CONFLICT
 
 
 class LongPollTimeoutError(DexServiceError):
     """A long poll ended before its event happened. Call again."""
 
-    default_error_code = ErrorCode.LONG_POLL_TIMEOUT
+    _default_error_code = ErrorCode.LONG_POLL_TIMEOUT
 
 
 class RequestTimeoutError(DexServiceError):
     """The request took longer than its timeout."""
 
-    default_error_code = ErrorCode.REQUEST_TIMEOUT
+    _default_error_code = ErrorCode.REQUEST_TIMEOUT
 
 
 class ChannelMessageNotFoundError(DexServiceError):
     """A transactional RPC deleted a Channel message that is not pending."""
 
-    default_error_code = ErrorCode.CHANNEL_MESSAGE_NOT_FOUND
+    _default_error_code = ErrorCode.CHANNEL_MESSAGE_NOT_FOUND
 
 
 class LimitExceededError(DexServiceError):
     """A size or count limit was exceeded; the message names the limit."""
 
-    default_error_code = ErrorCode.LIMIT_EXCEEDED
+    _default_error_code = ErrorCode.LIMIT_EXCEEDED
 
 
 class UnauthenticatedError(DexServiceError):
     """The server requires a token and none (or a wrong one) was presented."""
 
-    default_error_code = ErrorCode.UNAUTHENTICATED
+    _default_error_code = ErrorCode.UNAUTHENTICATED
 
 
 class BadRequestError(DexServiceError):
     """The request was malformed or named something that does not exist."""
 
-    default_error_code = ErrorCode.BAD_REQUEST
+    _default_error_code = ErrorCode.BAD_REQUEST
 
 
 class ServiceUnavailableError(DexServiceError):
     """The server or its store is temporarily unavailable. Retry later."""
 
-    default_error_code = ErrorCode.UNAVAILABLE
+    _default_error_code = ErrorCode.UNAVAILABLE
 
 
 _RETRYABLE = frozenset(
