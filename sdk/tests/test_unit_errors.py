@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import enum
+import pickle
 import sys
 import types
 from collections.abc import Iterator
@@ -153,6 +155,32 @@ def test_pull_registration_error_keeps_queue_and_cause() -> None:
     assert (error.queue, error.error) == ("orders", cause)
     assert error.__cause__ is cause
     assert str(error) == "pull Worker queue 'orders' registration rejected: refused"
+
+
+def _examples() -> list[BaseException]:
+    return [
+        FlowNotFoundError(S.NOT_FOUND, U.FLOW_NOT_EXISTS, "gone", "describe_flow", "f-1"),
+        WorkerInvocationError(
+            S.FAILED_PRECONDITION, U.WORKER_API_ERROR, "d", "invoke_rpc", "f", S.UNKNOWN, "E", "m"
+        ),
+        ValueMappingError("decode", "bad"),
+        InvalidStepResultError("F", "S", "wait_for", "junk"),
+        PullRegistrationError("q", ValueError("no")),
+        dex.FeatureNotAvailableError("SubFlows"),
+        dex.InvalidMapKeyError("empty key"),
+        RetryAfterError(3, KeyError("k")),
+    ]
+
+
+@pytest.mark.parametrize("error", _examples(), ids=lambda e: type(e).__name__)
+def test_errors_pickle_and_copy_with_their_attributes(error: BaseException) -> None:
+    for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert type(clone) is type(error)
+        assert str(clone) == str(error)
+        assert repr(clone.args) == repr(error.args)
+        assert {k: repr(v) for k, v in vars(clone).items()} == {
+            k: repr(v) for k, v in vars(error).items()
+        }
 
 
 def test_retry_after_builds_the_error_and_rejects_non_positive_delays() -> None:

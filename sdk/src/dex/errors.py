@@ -166,8 +166,22 @@ class FlowErrorType(Enum):
     FLOW_TIMEOUT = "flow_timeout"
 
 
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
 class DexError(RuntimeError):
-    """Root of every exception the SDK raises (a ``RuntimeError``)."""
+    """Root of every exception the SDK raises (a ``RuntimeError``).
+
+    Every SDK error pickles and copies with its attributes, whatever its constructor takes.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the default calls cls(*args), which fails for constructors of several fields
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class FlowDefinitionError(DexError):
@@ -271,7 +285,7 @@ class RetryAfterError(Exception):
     """
 
     def __init__(self, after_seconds: int, cause: BaseException) -> None:
-        super().__init__(after_seconds, cause)
+        super().__init__(after_seconds, cause)  # args rebuild it: pickles as it is
         self.after_seconds = after_seconds
         self.cause = cause
         self.__cause__ = cause
