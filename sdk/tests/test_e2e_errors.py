@@ -26,12 +26,15 @@ from dex._protocol import (
 from dex._spec import flow_spec
 from dex.errors import (
     BadRequestError,
+    ErrorSubStatus,
     FlowAlreadyStartedError,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     LimitExceededError,
+    StatusCode,
     UnauthenticatedError,
     ValueMappingError,
+    WorkerInvocationError,
 )
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -77,6 +80,50 @@ async def test_unknown_flow_id(stack: Stack) -> None:
         await stack.client.invoke_rpc(rpc_flows.RPC_FLOW.echo, flow_id, "x")
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await stack.client.stop_flow(flow_id)
+
+
+async def test_service_errors_carry_status_sub_status_and_operation(stack: Stack) -> None:
+    flow_id = unique_id("nobody")
+    with pytest.raises(FlowNotFoundError) as missing:
+        await stack.client.describe_flow(flow_id)
+    error = missing.value
+    assert isinstance(error, RuntimeError)
+    assert (error.code, error.sub_status) == (StatusCode.NOT_FOUND, ErrorSubStatus.FLOW_NOT_EXISTS)
+    assert (error.operation, error.flow_id) == ("describe_flow", flow_id)
+    assert error.error_code == "FLOW_NOT_FOUND" and not error.retryable
+    assert str(error) == error.detail and flow_id in error.detail
+
+    with pytest.raises(FlowNotActiveOrNotFoundError) as closed:
+        await stack.client.stop_flow(flow_id)
+    assert closed.value.code is StatusCode.FAILED_PRECONDITION
+    assert closed.value.operation == "stop_flow"
+
+    running = unique_id("rpc-fails")
+    await stack.client.start_flow(rpc_flows.RPC_FLOW, running)
+    with pytest.raises(WorkerInvocationError) as raised:
+        await stack.client.invoke_rpc(rpc_flows.RPC_FLOW.fail, running, "oops")
+    failed = raised.value
+    assert (failed.code, failed.sub_status) == (
+        StatusCode.FAILED_PRECONDITION,
+        ErrorSubStatus.WORKER_API_ERROR,
+    )
+    assert (failed.operation, failed.flow_id) == ("invoke_rpc", running)
+    assert failed.worker_code is StatusCode.UNKNOWN
+    assert failed.worker_error_type == "LookupError"
+    assert failed.worker_error_detail == "rpc failed on purpose: oops"
+    assert "LookupError" in (failed.worker_stack_trace or "")
+    await stack.client.stop_flow(running)
+
+
+async def test_a_step_raising_retry_after_is_retried_after_its_delay(stack: Stack) -> None:
+    # The Step's policy waits 10 minutes between attempts: the Flow ends in time only if
+    # the 1 s of retry_after replaces it. The failure recorded is the cause, not the wrapper.
+    flow_id = unique_id("retry-after")
+    await stack.client.start_flow(error_flows.RETRY_LATER, flow_id, "x")
+    result = await stack.client.wait_for_flow(flow_id, timeout=30)
+    last = result.single_output(error_flows.LastFailure)
+    assert last.error_type == "ValueError"
+    assert "busy on attempt 2" in (last.detail or "")
 
 
 async def test_unknown_flow_type_and_unknown_rpc(stack: Stack) -> None:
@@ -129,7 +176,8 @@ async def test_malformed_page_token_is_a_bad_request_like_history(stack: Stack) 
 
     with pytest.raises(BadRequestError) as listed:
         await stack.client.list_flows(page_token="not-a-token")
-    assert listed.value.code == "BAD_REQUEST"
+    assert listed.value.error_code == "BAD_REQUEST"
+    assert listed.value.code == StatusCode.INVALID_ARGUMENT
     assert "bad page_token 'not-a-token'" in str(listed.value)
     with pytest.raises(BadRequestError) as paged:
         await stack.client.get_history(first.flows[0].flow_id, page_token="not-a-token")

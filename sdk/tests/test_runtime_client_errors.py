@@ -22,6 +22,7 @@ from dex._transport import HttpTransport, http_base_url, ws_url
 from dex.errors import (
     BadRequestError,
     DexServiceError,
+    ErrorSubStatus,
     FlowAlreadyStartedError,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
@@ -29,6 +30,7 @@ from dex.errors import (
     LongPollTimeoutError,
     RpcLockConflictError,
     ServiceUnavailableError,
+    StatusCode,
     UnauthenticatedError,
     WorkerInvocationError,
 )
@@ -49,33 +51,78 @@ def _answer(code: str, *, detail: str, flow_id: str, retryable: bool) -> httpx.M
     return httpx.MockTransport(lambda request: httpx.Response(HTTP_STATUS[code], content=body))
 
 
+S = StatusCode
+U = ErrorSubStatus
+
+
 @pytest.mark.parametrize(
-    ("code", "cls"),
+    ("code", "cls", "status", "sub_status"),
     [
-        (ErrorCode.FLOW_ALREADY_STARTED, FlowAlreadyStartedError),
-        (ErrorCode.FLOW_NOT_FOUND, FlowNotFoundError),
-        (ErrorCode.FLOW_NOT_ACTIVE, FlowNotActiveOrNotFoundError),
-        (ErrorCode.WORKER_API_ERROR, WorkerInvocationError),
-        (ErrorCode.RPC_LOCK_CONFLICT, RpcLockConflictError),
-        (ErrorCode.LONG_POLL_TIMEOUT, LongPollTimeoutError),
-        (ErrorCode.LIMIT_EXCEEDED, LimitExceededError),
-        (ErrorCode.UNAUTHENTICATED, UnauthenticatedError),
-        (ErrorCode.BAD_REQUEST, BadRequestError),
-        (ErrorCode.UNAVAILABLE, ServiceUnavailableError),
+        (
+            ErrorCode.FLOW_ALREADY_STARTED,
+            FlowAlreadyStartedError,
+            S.ALREADY_EXISTS,
+            U.FLOW_ALREADY_STARTED,
+        ),
+        (ErrorCode.FLOW_NOT_FOUND, FlowNotFoundError, S.NOT_FOUND, U.FLOW_NOT_EXISTS),
+        (
+            ErrorCode.FLOW_NOT_ACTIVE,
+            FlowNotActiveOrNotFoundError,
+            S.FAILED_PRECONDITION,
+            U.FLOW_NOT_EXISTS,
+        ),
+        (ErrorCode.RPC_LOCK_CONFLICT, RpcLockConflictError, S.ABORTED, U.UNCATEGORIZED),
+        (
+            ErrorCode.LONG_POLL_TIMEOUT,
+            LongPollTimeoutError,
+            S.DEADLINE_EXCEEDED,
+            U.LONG_POLL_TIMEOUT,
+        ),
+        (ErrorCode.LIMIT_EXCEEDED, LimitExceededError, S.RESOURCE_EXHAUSTED, U.UNCATEGORIZED),
+        (ErrorCode.UNAUTHENTICATED, UnauthenticatedError, S.UNAUTHENTICATED, U.UNCATEGORIZED),
+        (ErrorCode.BAD_REQUEST, BadRequestError, S.INVALID_ARGUMENT, U.UNCATEGORIZED),
+        (ErrorCode.UNAVAILABLE, ServiceUnavailableError, S.UNAVAILABLE, U.UNCATEGORIZED),
     ],
 )
 async def test_api_error_codes_map_to_exception_classes(
-    code: str, cls: type[DexServiceError]
+    code: str, cls: type[DexServiceError], status: StatusCode, sub_status: ErrorSubStatus
 ) -> None:
     http = _transport(_answer(code, detail="more", flow_id="f-1", retryable=True))
     with pytest.raises(cls) as info:
         await http.raw("GET", "/v1/flows/f-1")
     assert type(info.value) is cls
-    assert info.value.code == code
-    assert info.value.detail == "more"
+    assert info.value.code is status
+    assert info.value.sub_status is sub_status
+    assert info.value.error_code == code
+    assert info.value.operation == "describe_flow"
     assert info.value.flow_id == "f-1"
     assert info.value.retryable is True
-    assert str(info.value) == f"boom {code}"
+    # the server's extra text follows its message; str() is the detail, as for gRPC errors
+    assert info.value.detail == f"boom {code}: more"
+    assert str(info.value) == info.value.detail
+    await http.aclose()
+
+
+async def test_a_worker_api_error_carries_the_handler_exception() -> None:
+    error = ApiError(
+        code=ErrorCode.WORKER_API_ERROR,
+        message="RPC 'pay' failed: LookupError: no card",
+        detail="Traceback ...",
+        flow_id="f-1",
+        worker_error_type="LookupError",
+        worker_error_detail="no card",
+    )
+    body = msgspec.json.encode(error)
+    http = _transport(httpx.MockTransport(lambda r: httpx.Response(422, content=body)))
+    with pytest.raises(WorkerInvocationError) as info:
+        await http.raw("POST", "/v1/flows/f-1/rpc")
+    exc = info.value
+    assert (exc.code, exc.sub_status) == (S.FAILED_PRECONDITION, U.WORKER_API_ERROR)
+    assert exc.operation == "invoke_rpc"
+    assert exc.worker_code is S.UNKNOWN
+    assert (exc.worker_error_type, exc.worker_error_detail) == ("LookupError", "no card")
+    assert exc.worker_stack_trace == "Traceback ..."
+    assert str(exc) == exc.detail == "RPC 'pay' failed: LookupError: no card"
     await http.aclose()
 
 
@@ -93,7 +140,9 @@ async def test_unknown_code_is_a_plain_service_error() -> None:
     with pytest.raises(DexServiceError) as info:
         await http.raw("GET", "/v1/health")
     assert type(info.value) is DexServiceError
-    assert info.value.code == "SOMETHING_NEW"
+    assert info.value.error_code == "SOMETHING_NEW"
+    assert info.value.code is StatusCode.UNKNOWN
+    assert info.value.sub_status is ErrorSubStatus.UNCATEGORIZED
     await http.aclose()
 
 
@@ -117,7 +166,12 @@ async def test_unreachable_server_raises_service_unavailable() -> None:
         with pytest.raises(ServiceUnavailableError) as info:
             await client.describe_flow("nope")
     assert info.value.retryable
-    assert info.value.code == ErrorCode.UNAVAILABLE
+    assert info.value.error_code == ErrorCode.UNAVAILABLE
+    # what code written for gRPC status codes reads
+    assert info.value.code is StatusCode.UNAVAILABLE
+    assert info.value.sub_status is ErrorSubStatus.UNCATEGORIZED
+    assert info.value.operation == "describe_flow"
+    assert info.value.flow_id == "nope"
 
 
 def test_sync_client_raises_the_same_errors() -> None:
@@ -167,7 +221,8 @@ async def test_an_empty_flow_id_is_a_bad_request_before_any_request() -> None:
     for call in calls:
         with pytest.raises(BadRequestError, match="flow_id must not be empty") as info:
             await call
-        assert info.value.code == ErrorCode.BAD_REQUEST
+        assert info.value.error_code == ErrorCode.BAD_REQUEST
+        assert info.value.code is StatusCode.INVALID_ARGUMENT
     assert requests == []
     await client.close()
 
@@ -195,7 +250,7 @@ async def test_a_flow_id_over_the_limit_is_refused_before_any_request() -> None:
         with pytest.raises(LimitExceededError) as info:
             await call
         assert str(info.value) == "flow_id is 1026 bytes, over the limit max_flow_id_bytes=1024"
-        assert info.value.code == ErrorCode.LIMIT_EXCEEDED
+        assert info.value.error_code == ErrorCode.LIMIT_EXCEEDED
     with pytest.raises(BadRequestError, match="flow_id must not be empty"):
         await client.start_flow(flow, "")
     assert requests == []

@@ -99,7 +99,7 @@ class Vouch(Step[str]):
             await ctx.heartbeat(durable=True)
             outcome = "acked"
         except DexServiceError as exc:
-            outcome = exc.code
+            outcome = exc.error_code
         log(f"heartbeat-{outcome}", ctx)
         await _gate(f"{input}-finish")
         return StepDecision.graceful_complete(outcome)

@@ -28,16 +28,19 @@ from dex._state import (
 from dex._step import Step, StepOutput, heartbeat
 from dex._waits import ChannelCondition, Timer, TimerCondition, Wait
 from dex.errors import (
+    ApiKeyExchangeError,
     AttributeMapNotLoadedError,
     BadRequestError,
     ChannelMessageNotFoundError,
     ChannelMessagesNotLoadedError,
     DexError,
     DexServiceError,
+    ErrorSubStatus,
     FeatureNotAvailableError,
     FlowAlreadyStartedError,
     FlowClosingError,
     FlowDefinitionError,
+    FlowErrorType,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     InvalidMapKeyError,
@@ -45,16 +48,21 @@ from dex.errors import (
     LimitExceededError,
     LongPollTimeoutError,
     NoWorkerAvailableError,
+    PullRegistrationError,
     RequestTimeoutError,
+    RetryAfterError,
     RpcLockConflictError,
     ServiceUnavailableError,
+    StatusCode,
     UnauthenticatedError,
     UnknownFlowTypeError,
     ValueMappingError,
     WorkerInvocationError,
+    retry_after,
 )
 
 __all__: list[str] = [
+    "ApiKeyExchangeError",
     "AsyncContext",
     "Attribute",
     "AttributeMap",
@@ -73,11 +81,13 @@ __all__: list[str] = [
     "Context",
     "DexError",
     "DexServiceError",
+    "ErrorSubStatus",
     "FeatureNotAvailableError",
     "Flow",
     "FlowAlreadyStartedError",
     "FlowClosingError",
     "FlowDefinitionError",
+    "FlowErrorType",
     "FlowNotActiveOrNotFoundError",
     "FlowNotFoundError",
     "InstanceLoad",
@@ -88,13 +98,16 @@ __all__: list[str] = [
     "LongPollTimeoutError",
     "NoWorkerAvailableError",
     "PersistenceSchema",
+    "PullRegistrationError",
     "RPCResult",
     "RecoveryErrorInfo",
     "Registry",
     "RequestTimeoutError",
+    "RetryAfterError",
     "RetryPolicy",
     "RpcLockConflictError",
     "ServiceUnavailableError",
+    "StatusCode",
     "Step",
     "StepDecision",
     "StepDurability",
@@ -113,6 +126,7 @@ __all__: list[str] = [
     "WorkerInvocationError",
     "codec_for",
     "heartbeat",
+    "retry_after",
     "rpc",
 ]
 
@@ -126,7 +140,6 @@ from dex._client import (
     Client,
     ClientOptions,
     FlowCompletion,
-    FlowErrorType,
     FlowInfo,
     FlowListPage,
     FlowResult,
@@ -174,9 +187,8 @@ from dex._worker_target import WorkerTarget
 # with dex/_worker, dex/_credential.py and dex/_codec.py.
 # isort: split
 from dex._codec import BOOL, BYTES, DOUBLE, INT64, STRING, JsonCodec, Value, WireKind
-from dex._credential import ApiKeyCredential, ApiKeyExchangeError, Credential, FileCredential
+from dex._credential import ApiKeyCredential, Credential, FileCredential
 from dex._worker import PullQueueRegistrationState, PullRegistrationState
-from dex.errors import PullRegistrationError
 
 __all__ += [
     "BOOL",
@@ -185,12 +197,10 @@ __all__ += [
     "INT64",
     "STRING",
     "ApiKeyCredential",
-    "ApiKeyExchangeError",
     "Credential",
     "FileCredential",
     "JsonCodec",
     "PullQueueRegistrationState",
-    "PullRegistrationError",
     "PullRegistrationState",
     "Value",
     "WireKind",
@@ -210,7 +220,6 @@ __all__ += [
     "ClientOptions",
     "FlowCompletion",
     "FlowConfig",
-    "FlowErrorType",
     "FlowInfo",
     "FlowListPage",
     "FlowResult",

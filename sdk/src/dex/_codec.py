@@ -76,7 +76,7 @@ def type_name(tp: object) -> str:
 def _check_finite(obj: object, path: str) -> None:
     if isinstance(obj, float):
         if not math.isfinite(obj):
-            raise ValueMappingError(f"{obj!r} is not valid in JSON - at `{path}`")
+            raise ValueMappingError("encode", f"{obj!r} is not valid in JSON - at `{path}`")
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _check_finite(v, f"{path}.{k}")
@@ -168,10 +168,10 @@ class TypeCodec:
         if fast is not None:
             if isinstance(value, fast) and not (isinstance(value, bool) and bool not in fast):
                 if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueMappingError(f"{value!r} is not valid in JSON")
+                    raise ValueMappingError("encode", f"{value!r} is not valid in JSON")
                 return _ENCODER.encode(value)
             raise ValueMappingError(
-                f"expected {self._name}, got {type(value).__qualname__}: {value!r:.80}"
+                "encode", f"expected {self._name}, got {type(value).__qualname__}: {value!r:.80}"
             )
         if self._adapter is not None:
             return self._encode_pydantic(value)
@@ -186,7 +186,7 @@ class TypeCodec:
         except ValueMappingError:
             raise
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("encode", f"value does not match {self._name}: {exc}") from exc
         return data
 
     def _encode_pydantic(self, value: object) -> bytes:
@@ -196,7 +196,7 @@ class TypeCodec:
             validated = self._adapter.validate_python(value)
             builtins = self._adapter.dump_python(validated, mode="json")
         except (pydantic.ValidationError, TypeError, ValueError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("encode", f"value does not match {self._name}: {exc}") from exc
         _check_finite(builtins, "$")
         return _ENCODER.encode(msgspec.to_builtins(builtins, order="sorted"))
 
@@ -208,11 +208,13 @@ class TypeCodec:
             try:
                 return self._adapter.validate_python(msgspec.json.decode(data))
             except (pydantic.ValidationError, msgspec.DecodeError) as exc:
-                raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+                raise ValueMappingError(
+                    "decode", f"value does not match {self._name}: {exc}"
+                ) from exc
         try:
             return self._decoder.decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ValueMappingError(f"value does not match {self._name}: {exc}") from exc
+            raise ValueMappingError("decode", f"value does not match {self._name}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"TypeCodec({self._name})"
@@ -343,12 +345,14 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 def _check_int64(value: Any) -> None:
     if not _INT64_MIN <= value <= _INT64_MAX:
-        raise _CodecOverflowError(f"integer {value} exceeds int64")
+        raise _CodecOverflowError("encode", f"integer {value} exceeds int64")
 
 
 def _check_double(value: Any) -> None:
     if not math.isfinite(value):
-        raise _CodecValueError(f"{value!r} is not a finite float (NaN/Infinity are not JSON)")
+        raise _CodecValueError(
+            "encode", f"{value!r} is not a finite float (NaN/Infinity are not JSON)"
+        )
 
 
 @dataclass(frozen=True)
@@ -366,7 +370,8 @@ class _PrimitiveCodec(Generic[ValueT]):
             isinstance(value, self.expected_type) and not isinstance(value, bool)
         ):
             raise _CodecTypeError(
-                f"{self.type_name} requires {self.type_name}, got {type(value).__qualname__}"
+                "encode",
+                f"{self.type_name} requires {self.type_name}, got {type(value).__qualname__}",
             )
         if self.validator is not None:
             self.validator(value)
@@ -379,7 +384,9 @@ class _PrimitiveCodec(Generic[ValueT]):
     def decode(self, value: Value) -> ValueT:
         """Return the data of ``value``; ``TypeError`` for another kind."""
         if value.kind is not self.wire_kind:
-            raise _CodecTypeError(f"{self.type_name} cannot decode wire kind {value.kind.value}")
+            raise _CodecTypeError(
+                "decode", f"{self.type_name} cannot decode wire kind {value.kind.value}"
+            )
         data: Any = self._checked(value.data)
         return typing.cast(ValueT, data)
 
@@ -412,22 +419,24 @@ def _canonical_json(obj: object, what: str) -> str:
     try:
         builtins = msgspec.to_builtins(obj, order="sorted")
     except TypeError as exc:
-        raise _CodecTypeError(f"{what}: {exc}") from exc
+        raise _CodecTypeError("encode", f"{what}: {exc}") from exc
     try:
         _check_finite(builtins, "$")
     except ValueMappingError as exc:
-        raise _CodecValueError(f"{what}: {exc}") from exc
+        raise _CodecValueError("encode", f"{what}: {exc}") from exc
     return _ENCODER.encode(builtins).decode("utf-8")
 
 
 def _json_text(value: Value, what: str) -> str:
     if value.kind is not WireKind.JSON:
-        raise _CodecTypeError(f"{what} cannot decode wire kind {value.kind.value}")
+        raise _CodecTypeError("decode", f"{what} cannot decode wire kind {value.kind.value}")
     data = value.data
     if isinstance(data, bytes):
         return data.decode("utf-8")
     if not isinstance(data, str):
-        raise _CodecTypeError(f"{what}: JSON data must be str, got {type(data).__qualname__}")
+        raise _CodecTypeError(
+            "decode", f"{what}: JSON data must be str, got {type(data).__qualname__}"
+        )
     return data
 
 
@@ -470,7 +479,7 @@ class JsonCodec(Generic[ValueT]):
         try:
             data = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
-            raise _CodecValueError(f"{self.type_name}: invalid JSON: {exc}") from exc
+            raise _CodecValueError("decode", f"{self.type_name}: invalid JSON: {exc}") from exc
         return self.decoder(data)
 
     def _check_type(self, value: object) -> None:
@@ -480,7 +489,8 @@ class JsonCodec(Generic[ValueT]):
         cls = typing.get_origin(expected) or expected
         if isinstance(cls, type) and not isinstance(value, cls):
             raise _CodecTypeError(
-                f"{self.type_name} requires {type_name(expected)}, got {type(value).__qualname__}"
+                "encode",
+                f"{self.type_name} requires {type_name(expected)}, got {type(value).__qualname__}",
             )
 
 
@@ -515,7 +525,7 @@ def _value_to_json(value: Value, codec: object) -> bytes:
         try:
             parsed = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
-            raise ValueMappingError(f"codec {name} produced invalid JSON: {exc}") from exc
+            raise ValueMappingError("encode", f"codec {name} produced invalid JSON: {exc}") from exc
         return _canonical_json(parsed, name).encode("utf-8")
     scalar = {
         WireKind.STRING: STRING,
@@ -546,7 +556,7 @@ def _json_to_value(data: bytes, kind: WireKind, name: str) -> Value:
     try:
         decoded = msgspec.json.decode(data, type=_JSON_TYPES[kind])
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ValueMappingError(f"value does not match {name}: {exc}") from exc
+        raise ValueMappingError("decode", f"value does not match {name}: {exc}") from exc
     return Value(kind, decoded)
 
 
@@ -565,7 +575,7 @@ class _ValueCodecWire:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueMappingError(
-                f"codec {self._name} cannot encode {value!r:.80}: {exc}"
+                "encode", f"codec {self._name} cannot encode {value!r:.80}: {exc}"
             ) from exc
         return _value_to_json(encoded, self.codec)
 
@@ -577,7 +587,7 @@ class _ValueCodecWire:
             raise
         except (TypeError, ValueError, OverflowError, KeyError) as exc:
             raise ValueMappingError(
-                f"codec {self._name} cannot decode {value!r:.80}: {exc}"
+                "decode", f"codec {self._name} cannot decode {value!r:.80}: {exc}"
             ) from exc
 
     def __repr__(self) -> str:

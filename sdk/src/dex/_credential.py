@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from dex.errors import DexError
+from dex.errors import ApiKeyExchangeError
 
 __all__ = [
     "ApiKeyCredential",
@@ -120,14 +120,6 @@ class FileCredential:
 
     def __repr__(self) -> str:
         return f"FileCredential({str(self._path)!r})"
-
-
-class ApiKeyExchangeError(DexError):
-    """An ``ApiKeyCredential`` could not exchange its API key for a token.
-
-    The message says which endpoint failed and why (HTTP status, the endpoint's ``error``
-    and ``error_description``); the API key and tokens are redacted from it.
-    """
 
 
 class ApiKeyCredential:

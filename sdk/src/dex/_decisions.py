@@ -169,7 +169,10 @@ def go_to_many(*movements: StepMovement[Any]) -> StepDecision:
     """
     if not movements:
         raise InvalidStepResultError(
-            "go_to_many() needs at least one StepMovement; use dead_end() to end a branch"
+            "",
+            None,
+            "execute",
+            "go_to_many() needs at least one StepMovement; use dead_end() to end a branch",
         )
     for m in movements:
         if not isinstance(m, StepMovement):

@@ -24,7 +24,7 @@ from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput
-from dex.errors import DexError, FeatureNotAvailableError, InvalidStepResultError
+from dex.errors import DexError, FeatureNotAvailableError, InvalidStepResultError, RetryAfterError
 
 __all__ = ["StateReader", "TaskIO", "error_info", "invoke"]
 
@@ -74,11 +74,13 @@ class StateReader(Protocol):
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
-    """Return the wire form of a handler failure."""
+    """Return the wire form of a handler failure (a ``RetryAfterError`` reports its cause)."""
+    retry_after = getattr(exc, "retry_after_s", None)
+    if isinstance(exc, RetryAfterError):
+        exc = exc.cause
     stack = "".join(traceback.format_exception(exc))
     if len(stack) > _MAX_STACK:
         stack = "...\n" + stack[-_MAX_STACK:]
-    retry_after = getattr(exc, "retry_after_s", None)
     return ErrorInfo(
         error_type=type(exc).__name__,
         message=str(exc) or type(exc).__name__,
@@ -137,9 +139,9 @@ async def _invoke(
         if se.wait_for_kind is None:
             raise DexError(f"Step {se.step_type} has no wait_for")
         result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,), executor)
-        return _result(inv, wait=wait_spec(result, entry))
+        return _result(inv, wait=wait_spec(result, entry, se.step_type))
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
-    return _result(inv, decision=decision_spec(result, entry))
+    return _result(inv, decision=decision_spec(result, entry, se.step_type))
 
 
 async def _invoke_rpc(
@@ -165,8 +167,10 @@ async def _invoke_rpc(
     output = result
     if isinstance(result, RPCResult):
         output = result.output
-        movements = [movement_wire(m, entry) for m in result.next_steps]
-        cancels = step_types(tuple(result.canceling_steps), entry, "RPCResult.canceling_steps")
+        movements = [movement_wire(m, entry, None, "rpc") for m in result.next_steps]
+        cancels = step_types(
+            tuple(result.canceling_steps), entry, "RPCResult.canceling_steps", None, "rpc"
+        )
     rpc_output = None if output is None else Raw(re.output_codec.encode(output))
     res = _result(inv)
     res.rpc_output = rpc_output
@@ -235,8 +239,11 @@ def _drive(fn: Callable[..., Any], ctx: Context, args: tuple[Any, ...], inv: _In
                 return None
             if not isinstance(frame, StepOutput):
                 raise InvalidStepResultError(
+                    inv.task.flow_type,
+                    inv.task.step_type,
+                    inv.task.kind,
                     f"a generator handler may only yield heartbeat(...) or stream.write(...) "
-                    f"frames, got {frame!r:.100}"
+                    f"frames, got {frame!r:.100}",
                 )
             if isinstance(frame, StreamOutput):
                 inv.yielded[id(frame)] = frame

@@ -584,13 +584,19 @@ class HealthResponse(Struct, kw_only=True):
 
 
 class ApiError(Struct, kw_only=True, omit_defaults=True):
-    """Body of every non-2xx response. ``code`` is one of ``ErrorCode``."""
+    """Body of every non-2xx response. ``code`` is one of ``ErrorCode``.
+
+    ``worker_error_type`` / ``worker_error_detail`` name the exception an RPC handler
+    raised (``WORKER_API_ERROR`` only); ``detail`` then holds its stack trace.
+    """
 
     code: str
     message: str
     detail: str | None = None
     flow_id: str | None = None
     retryable: bool = False
+    worker_error_type: str | None = None
+    worker_error_detail: str | None = None
 
 
 class ErrorCode:

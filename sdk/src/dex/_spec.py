@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec import Raw
 
@@ -174,7 +174,7 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
     )
 
 
-def wait_spec(wait: object, entry: FlowEntry) -> WaitSpec:
+def wait_spec(wait: object, entry: FlowEntry, step_type: str | None = None) -> WaitSpec:
     """Wire form of a ``wait_for`` result.
 
     Raises:
@@ -183,18 +183,29 @@ def wait_spec(wait: object, entry: FlowEntry) -> WaitSpec:
     """
     if not isinstance(wait, Wait):
         raise InvalidStepResultError(
-            f"wait_for must return a Wait, got {type(wait).__qualname__}: {wait!r:.100}"
+            entry.flow_type,
+            step_type,
+            "wait_for",
+            f"wait_for must return a Wait, got {type(wait).__qualname__}: {wait!r:.100}",
         )
     for c in wait.conditions:
         if isinstance(c, ChannelCondition) and entry.declared.get(c.name) != c.kind:
             raise InvalidStepResultError(
+                entry.flow_type,
+                step_type,
+                "wait_for",
                 f"Wait condition on {c.kind} {c.name!r}, which Flow {entry.flow_type!r} "
-                "does not declare"
+                "does not declare",
             )
     return wait.to_spec()
 
 
-def movement_wire(m: StepMovement[Any], entry: FlowEntry) -> Movement:
+def movement_wire(
+    m: StepMovement[Any],
+    entry: FlowEntry,
+    step_type: str | None = None,
+    method: Literal["execute", "rpc"] = "execute",
+) -> Movement:
     """Wire form of one movement (input encoded with the target Step's input type).
 
     Raises:
@@ -205,7 +216,10 @@ def movement_wire(m: StepMovement[Any], entry: FlowEntry) -> Movement:
     target = entry.resolve(m.step)
     if target is None:
         raise InvalidStepResultError(
-            f"{m.step!r} is not a Step of Flow {entry.flow_type!r} (or its class is ambiguous)"
+            entry.flow_type,
+            step_type,
+            method,
+            f"{m.step!r} is not a Step of Flow {entry.flow_type!r} (or its class is ambiguous)",
         )
     data = target.input_codec.encode(m.input)
     options = None
@@ -213,7 +227,7 @@ def movement_wire(m: StepMovement[Any], entry: FlowEntry) -> Movement:
         try:
             options = options_spec(m.options, entry, f"movement to {target.step_type}")
         except FlowDefinitionError as exc:
-            raise InvalidStepResultError(str(exc)) from exc
+            raise InvalidStepResultError(entry.flow_type, step_type, method, str(exc)) from exc
     return Movement(
         step_type=target.step_type,
         input=None if data == b"null" else Raw(data),
@@ -221,18 +235,29 @@ def movement_wire(m: StepMovement[Any], entry: FlowEntry) -> Movement:
     )
 
 
-def step_types(steps: tuple[Any, ...], entry: FlowEntry, what: str) -> list[str]:
+def step_types(
+    steps: tuple[Any, ...],
+    entry: FlowEntry,
+    what: str,
+    step_type: str | None = None,
+    method: Literal["execute", "rpc"] = "execute",
+) -> list[str]:
     """Step types of Step classes/instances named in a decision."""
     out = []
     for s in steps:
         target = entry.resolve(s)
         if target is None:
-            raise InvalidStepResultError(f"{what}: {s!r} is not a Step of Flow {entry.flow_type!r}")
+            raise InvalidStepResultError(
+                entry.flow_type,
+                step_type,
+                method,
+                f"{what}: {s!r} is not a Step of Flow {entry.flow_type!r}",
+            )
         out.append(target.step_type)
     return out
 
 
-def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
+def decision_spec(decision: object, entry: FlowEntry, step_type: str | None = None) -> DecisionSpec:
     """Wire form of an ``execute`` result.
 
     Raises:
@@ -245,26 +270,32 @@ def decision_spec(decision: object, entry: FlowEntry) -> DecisionSpec:
 
     if not isinstance(decision, StepDecision):
         raise InvalidStepResultError(
+            entry.flow_type,
+            step_type,
+            "execute",
             f"execute must return a StepDecision, got {type(decision).__qualname__}: "
-            f"{decision!r:.100}"
+            f"{decision!r:.100}",
         )
     d: StepDecision = decision
     if d.kind is DecisionKind.FORCE_COMPLETE_IF_CHANNELS_EMPTY:
         feature_not_available("force_complete_if_channels_empty")
     if d.kind is DecisionKind.NEXT and not d.movements:
         raise InvalidStepResultError(
-            "a go_to decision needs at least one StepMovement; use dead_end() to end a branch"
+            entry.flow_type,
+            step_type,
+            "execute",
+            "a go_to decision needs at least one StepMovement; use dead_end() to end a branch",
         )
     output = None
     if d.output is not None:
         output = Raw(ANY_CODEC.encode(d.output))
     return DecisionSpec(
         kind="go_to" if d.kind is DecisionKind.NEXT else d.kind.value,  # type: ignore[arg-type]
-        movements=[movement_wire(m, entry) for m in d.movements],
+        movements=[movement_wire(m, entry, step_type) for m in d.movements],
         output=output,
         reason=d.reason or None,
-        cancel_steps=step_types(d.canceling_steps, entry, "with_canceling_steps"),
+        cancel_steps=step_types(d.canceling_steps, entry, "with_canceling_steps", step_type),
         cancel_sibling_steps=step_types(
-            d.canceling_sibling_steps, entry, "with_canceling_sibling_steps"
+            d.canceling_sibling_steps, entry, "with_canceling_sibling_steps", step_type
         ),
     )

@@ -9,6 +9,7 @@ it into the ``dex.errors`` class of its code. Failing to reach the server at all
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, TypeVar
 
 import httpx
@@ -16,12 +17,7 @@ import msgspec
 
 from dex._credential import CredentialLike, bearer_auth
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
-from dex.errors import (
-    DexServiceError,
-    RequestTimeoutError,
-    ServiceUnavailableError,
-    error_from_code,
-)
+from dex.errors import DexServiceError, error_from_code
 
 T = TypeVar("T")
 
@@ -33,6 +29,34 @@ _CODE_BY_STATUS[404] = ErrorCode.FLOW_NOT_FOUND
 _CODE_BY_STATUS[400] = ErrorCode.BAD_REQUEST
 
 _api_error_decoder = msgspec.json.Decoder(ApiError)
+
+# (method, path) -> the Client call a request serves, for the errors' ``operation``
+_OPERATIONS: list[tuple[str, re.Pattern[str], str]] = [
+    (m, re.compile(p), op)
+    for m, p, op in (
+        ("POST", r"^/v1/flows$", "start_flow"),
+        ("GET", r"^/v1/flows$", "list_flows"),
+        ("GET", r"^/v1/flows/[^/]+$", "describe_flow"),
+        ("POST", r"^/v1/flows/[^/]+/stop$", "stop_flow"),
+        ("GET", r"^/v1/flows/[^/]+/result$", "wait_for_flow"),
+        ("GET", r"^/v1/flows/[^/]+/history$", "get_history"),
+        ("GET", r"^/v1/flows/[^/]+/state$", "get_flow_state"),
+        ("POST", r"^/v1/flows/[^/]+/attributes$", "read_attributes"),
+        ("POST", r"^/v1/flows/[^/]+/rpc$", "invoke_rpc"),
+        ("POST", r"^/v1/streams/", "write_stream"),
+        ("GET", r"^/v1/streams/.*/next$", "read_stream"),
+        ("GET", r"^/v1/streams/", "list_stream_messages"),
+        ("GET", r"^/v1/health$", "health_check"),
+    )
+]
+
+
+def operation_of(method: str, path: str) -> str:
+    """The Client call a request serves (``"describe_flow"``), else ``"METHOD /path"``."""
+    for m, pattern, operation in _OPERATIONS:
+        if m == method and pattern.search(path):
+            return operation
+    return f"{method} {path}"
 
 
 def http_base_url(address: str) -> str:
@@ -60,7 +84,9 @@ def auth_headers(credential: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
-def error_from_response(response: httpx.Response, flow_id: str | None = None) -> DexServiceError:
+def error_from_response(
+    response: httpx.Response, flow_id: str | None = None, operation: str = ""
+) -> DexServiceError:
     """Build the SDK exception for a non-2xx response (``ApiError`` body, else by HTTP status)."""
     try:
         api = _api_error_decoder.decode(response.content)
@@ -70,29 +96,39 @@ def error_from_response(response: httpx.Response, flow_id: str | None = None) ->
         return error_from_code(
             code,
             f"HTTP {response.status_code}: {text}",
+            operation=operation,
             flow_id=flow_id,
             retryable=code == ErrorCode.UNAVAILABLE,
         )
     return error_from_code(
         api.code,
         api.message,
+        operation=operation,
         detail=api.detail,
         flow_id=api.flow_id or flow_id,
         retryable=api.retryable,
+        worker_error_type=api.worker_error_type,
+        worker_error_detail=api.worker_error_detail,
     )
 
 
-def transport_error(exc: httpx.HTTPError, what: str) -> DexServiceError:
+def transport_error(
+    exc: httpx.HTTPError, what: str, operation: str = "", flow_id: str | None = None
+) -> DexServiceError:
     """Map an httpx failure (no HTTP answer) to a retryable SDK error."""
     if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
-        return RequestTimeoutError(
+        return error_from_code(
+            ErrorCode.REQUEST_TIMEOUT,
             f"{what}: timed out waiting for the server",
-            code=ErrorCode.REQUEST_TIMEOUT,
+            operation=operation,
+            flow_id=flow_id,
             retryable=True,
         )
-    return ServiceUnavailableError(
+    return error_from_code(
+        ErrorCode.UNAVAILABLE,
         f"{what}: cannot reach the Dex server ({type(exc).__name__}: {exc})",
-        code=ErrorCode.UNAVAILABLE,
+        operation=operation,
+        flow_id=flow_id,
         retryable=True,
     )
 
@@ -160,9 +196,11 @@ class HttpTransport:
         try:
             return msgspec.json.decode(response.content, type=response_type)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise DexServiceError(
+            raise error_from_code(
+                ErrorCode.INTERNAL,
                 f"{method} {path}: unexpected response from the server: {exc}",
-                code=ErrorCode.INTERNAL,
+                operation=operation_of(method, path),
+                flow_id=flow_id,
             ) from exc
 
     async def raw(
@@ -199,12 +237,16 @@ class HttpTransport:
                 # A pooled keep-alive connection the server just closed fails like this;
                 # the request is safe to send again because it is idempotent.
                 if delay is None:
-                    raise transport_error(exc, f"{method} {path}") from exc
+                    raise transport_error(
+                        exc, f"{method} {path}", operation_of(method, path), flow_id
+                    ) from exc
                 await asyncio.sleep(delay)
             except httpx.HTTPError as exc:
-                raise transport_error(exc, f"{method} {path}") from exc
+                raise transport_error(
+                    exc, f"{method} {path}", operation_of(method, path), flow_id
+                ) from exc
         if response.status_code >= 300:
-            raise error_from_response(response, flow_id)
+            raise error_from_response(response, flow_id, operation_of(method, path))
         return response
 
     async def aclose(self) -> None:

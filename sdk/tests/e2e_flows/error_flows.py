@@ -1,7 +1,10 @@
-"""Flows for bad input: a decision naming a Step the Flow lacks, typed inputs, big values."""
+"""Flows for bad input: a decision naming a Step the Flow lacks, typed inputs, big values;
+and a Step that asks for its own retry delay."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from dex import (
@@ -9,9 +12,12 @@ from dex import (
     Context,
     Flow,
     PersistenceSchema,
+    RetryPolicy,
     Step,
     StepDecision,
     StepList,
+    StepOptions,
+    retry_after,
     rpc,
 )
 
@@ -79,7 +85,42 @@ class NotRegistered(Flow[int]):
         return StepList.start_step(Unregistered())
 
 
+@dataclass(frozen=True, kw_only=True)
+class LastFailure:
+    error_type: str | None
+    detail: str | None
+
+
+class Busy(Step[str]):
+    """Fails every attempt with ``retry_after(1, ValueError)``; its policy would wait 10 min."""
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        raise retry_after(1, ValueError(f"busy on attempt {context.attempt}"))
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(initial_interval=timedelta(minutes=10), maximum_attempts=2)
+        ).on_execute_failure_proceed_to(AfterBusy)
+
+
+class AfterBusy(Step[str]):
+    def execute(self, context: Context, input: str) -> StepDecision:
+        error = context.recovery_error
+        return StepDecision.graceful_complete(
+            LastFailure(
+                error_type=None if error is None else error.error_type,
+                detail=None if error is None else error.detail,
+            )
+        )
+
+
+class RetryLater(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Busy()).other_steps(AfterBusy())
+
+
 STRAY_DECISION = StrayDecision()
 KEEPER = Keeper()
 NOT_REGISTERED = NotRegistered()
-FLOWS: list[Flow[Any]] = [STRAY_DECISION, KEEPER]
+RETRY_LATER = RetryLater()
+FLOWS: list[Flow[Any]] = [STRAY_DECISION, KEEPER, RETRY_LATER]

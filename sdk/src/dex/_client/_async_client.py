@@ -33,7 +33,6 @@ from dex._client._wait_options import WaitForStepCompletionOptions
 from dex._flow_config import FlowConfig
 from dex._protocol import (
     AttributeValuesWire,
-    ErrorCode,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -55,7 +54,7 @@ from dex._protocol import (
 from dex._step_execution import StepExecutionId, TimerId
 from dex._transport import HttpTransport
 from dex._worker_target import is_pull_target
-from dex.errors import LongPollTimeoutError, feature_not_available
+from dex.errors import ErrorSubStatus, LongPollTimeoutError, StatusCode, feature_not_available
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -626,8 +625,9 @@ def _fmt(value: float) -> str:
 
 def _long_poll_timeout(flow_id: str, timeout: timedelta | float | None) -> LongPollTimeoutError:
     return LongPollTimeoutError(
+        StatusCode.DEADLINE_EXCEEDED,
+        ErrorSubStatus.LONG_POLL_TIMEOUT,
         f"still waiting after {seconds(timeout)}s",
-        code=ErrorCode.LONG_POLL_TIMEOUT,
-        flow_id=flow_id,
-        retryable=True,
+        "wait_for_flow",
+        flow_id,
     )

@@ -17,7 +17,7 @@ from dex._registry import FlowEntry, Registry
 from dex._rpc import rpc_info
 from dex._spec import flow_spec as _flow_spec
 from dex._state._common import instance_name
-from dex.errors import BadRequestError, FlowDefinitionError, LimitExceededError
+from dex.errors import FlowDefinitionError, error_from_code
 
 __all__ = [
     "RpcCall",
@@ -51,12 +51,12 @@ def check_flow_id(flow_id: str) -> str:
 
     """
     if not flow_id:
-        raise BadRequestError("flow_id must not be empty", code=ErrorCode.BAD_REQUEST)
+        raise error_from_code(ErrorCode.BAD_REQUEST, "flow_id must not be empty")
     size = len(flow_id.encode("utf-8", "surrogatepass"))
     if size > MAX_FLOW_ID_BYTES:
-        raise LimitExceededError(
+        raise error_from_code(
+            ErrorCode.LIMIT_EXCEEDED,
             f"flow_id is {size} bytes, over the limit max_flow_id_bytes={MAX_FLOW_ID_BYTES}",
-            code=ErrorCode.LIMIT_EXCEEDED,
             flow_id=flow_id,
         )
     return flow_id

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar, overload
 from dex._codec import WireCodec as Codec
 from dex._codec import codec_for
 from dex._protocol import FlowInfoWire, FlowResultWire, StreamMessageWire
+from dex.errors import FlowErrorType as FlowErrorType
 
 T = TypeVar("T")
 
@@ -38,18 +39,6 @@ class FlowStatus(enum.Enum):
         return self is not FlowStatus.RUNNING
 
 
-class FlowErrorType(enum.Enum):
-    """Why a Flow failed (``FlowResult.error_type``)."""
-
-    STEP_DECISION_FAILED = "step_decision_failed"
-    CLIENT_API_FAILED = "client_api_failed"
-    WORKER_API_FAILED = "worker_api_failed"
-    INVALID_USER_FLOW_CODE = "invalid_user_flow_code"
-    INTERNAL = "internal"
-    FLOW_TIMEOUT = "flow_timeout"
-
-
-# The server's failure codes; any other code (a lost run, say) is INTERNAL.
 _ERROR_TYPE_BY_CODE = {
     "STEP_DECISION_FAILING_FLOW": FlowErrorType.STEP_DECISION_FAILED,
     "CLIENT_API_FAILING_FLOW": FlowErrorType.CLIENT_API_FAILED,

@@ -13,7 +13,7 @@ from dex._blob_cache import BlobCache
 from dex._protocol import Task
 from dex._transport import HttpTransport
 from dex._worker._stats import WorkerStats
-from dex.errors import DexServiceError
+from dex.errors import DexServiceError, ErrorSubStatus, StatusCode
 
 # Without a configured BlobCache the Worker still keeps recent blobs in memory, so one hash
 # is downloaded at most once while it stays hot.
@@ -82,7 +82,13 @@ class BlobResolver:
         self._stats.blob_fetches += 1
         data = response.content
         if hashlib.sha256(data).hexdigest() != blob:
-            raise BlobFetchError(f"blob {blob} from the server does not match its hash")
+            raise BlobFetchError(
+                StatusCode.DATA_LOSS,
+                ErrorSubStatus.UNCATEGORIZED,
+                f"blob {blob} from the server does not match its hash",
+                "fetch_blob",
+                None,
+            )
         return data
 
     def _local(self, blob: str) -> bytes | None:

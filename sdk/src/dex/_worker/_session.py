@@ -46,7 +46,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
-from dex.errors import LimitExceededError, error_from_code
+from dex.errors import error_from_code
 
 if TYPE_CHECKING:
     from dex._worker._async_worker import AsyncWorker
@@ -299,7 +299,11 @@ class Session:
                     entry[0].set_result(None)
                 else:  # the start was not recorded: the handler sees why
                     entry[0].set_exception(
-                        error_from_code(frame.error_code, frame.error or "start not recorded")
+                        error_from_code(
+                            frame.error_code,
+                            frame.error or "start not recorded",
+                            operation="heartbeat",
+                        )
                     )
         elif isinstance(frame, StateValues):
             read = self._reads.pop(frame.request_id, None)
@@ -429,10 +433,11 @@ class Session:
         """
         data = encoder.encode(frame)
         if len(data) > self._max_frame:
-            raise LimitExceededError(
+            raise error_from_code(
+                ErrorCode.LIMIT_EXCEEDED,
                 f"the {what} frame is {len(data)} bytes, over the limit"
                 f" max_worker_frame_bytes={self._max_frame}",
-                code=ErrorCode.LIMIT_EXCEEDED,
+                operation=what,
             )
         return data
 
@@ -464,7 +469,9 @@ class Session:
         finally:
             self._reads.pop(request.request_id, None)
         if answer.error_code is not None:
-            raise error_from_code(answer.error_code, answer.error or "state read refused")
+            raise error_from_code(
+                answer.error_code, answer.error or "state read refused", operation="read_state"
+            )
         if answer.blob_refs:
             refs = list(answer.blob_refs.items())
             blobs = await asyncio.gather(*(self._worker.blobs.get(h) for _, h in refs))

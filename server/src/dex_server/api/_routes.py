@@ -50,6 +50,8 @@ def error_response(err: ServiceError) -> Response:
         message=err.message,
         detail=err.detail,
         flow_id=err.flow_id,
+        worker_error_type=err.worker_error_type,
+        worker_error_detail=err.worker_error_detail,
         retryable=err.code
         in (
             ErrorCode.RPC_LOCK_CONFLICT,

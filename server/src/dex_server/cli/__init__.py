@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import typer
 import typer.main
-from dex.errors import DexServiceError
+from dex.errors import DexServiceError, WorkerInvocationError
 from typer.exceptions import TyperException
 
 from dex_server.cli._app import app
@@ -60,8 +60,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         out.error(err)
         sys.exit(err.exit_code)
     except DexServiceError as exc:
-        message = str(exc) + (f": {exc.detail}" if exc.detail else "")
-        out.error(CliError(message, code=exc.code, exit_code=EXIT_REQUEST_FAILED))
+        stack = exc.worker_stack_trace if isinstance(exc, WorkerInvocationError) else None
+        message = str(exc) + (f": {stack}" if stack else "")
+        out.error(CliError(message, code=exc.error_code, exit_code=EXIT_REQUEST_FAILED))
         sys.exit(EXIT_REQUEST_FAILED)
     except TyperException as exc:  # command-line parsing: usage errors
         if type(exc).__name__ != "NoArgsIsHelpError":  # that one already printed the help

@@ -24,13 +24,23 @@ class ServiceError(Exception):
     """A request the server rejects with an ``ErrorCode`` (becomes an ``ApiError``)."""
 
     def __init__(
-        self, code: str, message: str, *, detail: str | None = None, flow_id: str | None = None
+        self,
+        code: str,
+        message: str,
+        *,
+        detail: str | None = None,
+        flow_id: str | None = None,
+        worker_error_type: str | None = None,
+        worker_error_detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.detail = detail
         self.flow_id = flow_id
+        # the exception an RPC handler raised (WORKER_API_ERROR)
+        self.worker_error_type = worker_error_type
+        self.worker_error_detail = worker_error_detail
 
 
 class LimitError(ServiceError):

@@ -626,6 +626,8 @@ class Runtime:
                     f"{result.error.message}",
                     detail=result.error.stack,
                     flow_id=flow_id,
+                    worker_error_type=result.error.error_type,
+                    worker_error_detail=result.error.message,
                 )
             if _flows.has_effects(result):
                 if flow.status != "running":
