@@ -99,12 +99,15 @@ async def test_start_flow_refuses_another_instance_of_a_registered_flow(stack: S
 
 async def test_start_options_of_features_not_run_yet_start_nothing(stack: Stack) -> None:
     flow_id = unique_id("not-yet")
+    # the server refuses the start, because it does not run Flow timeouts
     with pytest.raises(FeatureNotAvailableError, match="Flow timeouts"):
         await stack.client.start_flow(
             SEQUENTIAL, flow_id, 1, StartFlowOptions(timeout=timedelta(minutes=5))
         )
     with pytest.raises(FlowNotFoundError):
         await stack.client.describe_flow(flow_id)
+    with pytest.raises(FeatureNotAvailableError, match="search"):
+        await stack.client.search_flows("FlowType = 'Sequential'", 10)
     async_durability = StartFlowOptions(
         config_override=FlowConfig(step_durability=StepDurability.ASYNC)
     )

@@ -118,6 +118,16 @@ def _recording_client() -> tuple[AsyncClient, list[httpx.Request]]:
     return client, requests
 
 
+def _answering_client(response: httpx.Response) -> AsyncClient:
+    """An AsyncClient whose every request gets ``response``."""
+    client = AsyncClient(REGISTRY)
+    http = httpx.AsyncClient(
+        base_url="http://dex.test", transport=httpx.MockTransport(lambda _: response)
+    )
+    client._http = HttpTransport("dex.test", credential=None, timeout=5.0, http=http)
+    return client
+
+
 # --------------------------------------------------------------------------- constructors
 
 
@@ -318,14 +328,21 @@ StartOptions = Callable[[], StartFlowOptions]
         ),
     ],
 )
-async def test_start_options_of_features_not_run_yet_fail_before_any_request(
+async def test_a_start_names_the_features_it_needs_and_a_refusal_raises(
     make: StartOptions, feature: str
 ) -> None:
     client, requests = _recording_client()
+    await client.start_flow(SHELF, "f", "x", make())
+    (request,) = requests
+    (required,) = json.loads(request.content)["requires"]
+    assert feature in required
+    await client.close()
+    refused = {"code": "FEATURE_NOT_AVAILABLE", "message": "no", "detail": required}
+    client = _answering_client(httpx.Response(501, json=refused))
     with pytest.raises(FeatureNotAvailableError, match=feature) as raised:
         await client.start_flow(SHELF, "f", "x", make())
     assert isinstance(raised.value, NotImplementedError)
-    assert requests == []
+    assert raised.value.feature == required
     await client.close()
 
 
@@ -350,7 +367,6 @@ async def test_client_calls_of_features_not_run_yet_fail_before_any_request() ->
     client, requests = _recording_client()
     step = StepExecutionId("Begin")
     calls = [
-        client.search_flows("FlowType = 'Shelf'", 10),
         client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
         client.skip_timer("f", step, TimerId.by_condition_index(0)),
         client.wait_for_step_completion("f", step, WaitForStepCompletionOptions()),
@@ -363,8 +379,24 @@ async def test_client_calls_of_features_not_run_yet_fail_before_any_request() ->
             await call
     assert requests == []
     await client.close()
-    with Client(REGISTRY) as sync, pytest.raises(FeatureNotAvailableError, match="search"):
-        sync.search_flows("q", 10, "", include_continued_as_new=True)
+
+
+def test_search_flows_sends_its_query_and_a_refusal_raises() -> None:
+    refused = {"code": "FEATURE_NOT_AVAILABLE", "message": "no", "detail": "Flow search"}
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(501, json=refused)
+
+    with Client(REGISTRY) as sync:
+        http = httpx.AsyncClient(base_url="http://dex.test", transport=httpx.MockTransport(answer))
+        sync._async._http = HttpTransport("dex.test", credential=None, timeout=5.0, http=http)
+        with pytest.raises(FeatureNotAvailableError, match="search"):
+            sync.search_flows("q", 10, "", include_continued_as_new=True)
+    (request,) = seen
+    assert request.url.params["query"] == "q"
+    assert request.url.params["include_continued_as_new"] == "true"
 
 
 async def test_invoke_rpc_sends_none_as_null_and_map_instances_by_physical_name() -> None:

@@ -414,6 +414,9 @@ class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     ignore_already_started: bool = False
     initial_attributes: list[InitialAttribute] = []
     start_delay_s: float | None = None
+    # optional features the start depends on (a Flow timeout, a retry policy, ...); a
+    # server that does not run one refuses the start with FEATURE_NOT_AVAILABLE
+    requires: list[str] = []
 
 
 class StartFlowResponse(Struct, kw_only=True):
@@ -618,6 +621,7 @@ class ErrorCode:
     CHANNEL_MESSAGE_NOT_FOUND = "CHANNEL_MESSAGE_NOT_FOUND"
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
     UNAVAILABLE = "UNAVAILABLE"
+    FEATURE_NOT_AVAILABLE = "FEATURE_NOT_AVAILABLE"
     INTERNAL = "INTERNAL"
 
 
@@ -638,6 +642,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.CHANNEL_MESSAGE_NOT_FOUND: 404,
     ErrorCode.LIMIT_EXCEEDED: 413,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.FEATURE_NOT_AVAILABLE: 501,
     ErrorCode.INTERNAL: 500,
 }
 

@@ -17,7 +17,7 @@ import msgspec
 
 from dex._credential import CredentialLike, bearer_auth
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
-from dex.errors import DexServiceError, error_from_code
+from dex.errors import DexError, DexServiceError, FeatureNotAvailableError, error_from_code
 
 T = TypeVar("T")
 
@@ -86,8 +86,13 @@ def auth_headers(credential: str | None) -> dict[str, str]:
 
 def error_from_response(
     response: httpx.Response, flow_id: str | None = None, operation: str = ""
-) -> DexServiceError:
-    """Build the SDK exception for a non-2xx response (``ApiError`` body, else by HTTP status)."""
+) -> DexError:
+    """Build the SDK exception for a non-2xx response (``ApiError`` body, else by HTTP status).
+
+    ``FEATURE_NOT_AVAILABLE`` (the server does not run a feature the request needs, named
+    in ``detail``) becomes ``FeatureNotAvailableError``; every other code a
+    ``DexServiceError``.
+    """
     try:
         api = _api_error_decoder.decode(response.content)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -100,6 +105,8 @@ def error_from_response(
             flow_id=flow_id,
             retryable=code == ErrorCode.UNAVAILABLE,
         )
+    if api.code == ErrorCode.FEATURE_NOT_AVAILABLE:
+        return FeatureNotAvailableError(api.detail or api.message)
     return error_from_code(
         api.code,
         api.message,

@@ -17,8 +17,8 @@ from dex._client._options import (
     StartFlowOptions,
     StopFlowOptions,
     TimeTravelOptions,
+    required_start_features,
     seconds,
-    unsupported_start_option,
 )
 from dex._client._types import (
     FlowInfo,
@@ -149,8 +149,8 @@ class AsyncClient:
             FlowDefinitionError: ``flow`` is not the instance the Registry holds (another
                 instance of the same class included), or its type is not registered.
             FeatureNotAvailableError: ``options`` sets a Flow timeout, a Flow retry policy,
-                or a ``config_override`` field this release does not run (checked before
-                anything is sent).
+                or a ``config_override`` field the server does not run (it refuses the
+                start, and nothing is started).
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
             BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
@@ -160,9 +160,6 @@ class AsyncClient:
         """
         _defs.check_flow_id(flow_id)
         spec = _defs.flow_spec(self.registry, flow)
-        unsupported = unsupported_start_option(options)
-        if unsupported is not None:
-            feature_not_available(unsupported)
         encoded = _defs.encode_start_input(self.registry, flow, input)
         request = StartFlowRequest(
             flow_type=spec.flow_type,
@@ -180,6 +177,7 @@ class AsyncClient:
                 )
             ],
             start_delay_s=seconds(options.start_delay),
+            requires=required_start_features(options),
         )
         response = await self._http.call(
             "POST", "/v1/flows", StartFlowResponse, body=request, flow_id=flow_id, idempotent=True
@@ -535,14 +533,24 @@ class AsyncClient:
         *,
         include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Search Flows by a query over indexed Attributes (not run yet).
+        """Search Flows by a query over indexed Attributes (not run by this server yet).
 
+        The query is sent to the server, which refuses it until search exists;
         ``list_flows`` lists Flows by type and status meanwhile.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FeatureNotAvailableError: the server does not run Flow search (this release).
+            ServiceUnavailableError: the server cannot be reached.
 
         """
+        params = {"query": query, "page_size": str(page_size)}
+        if next_page_token:
+            params["page_token"] = next_page_token
+        if include_continued_as_new:
+            params["include_continued_as_new"] = "true"
+        await self._http.call("GET", "/v1/flows", FlowListResponse, params=params)
+        # A server that answers a query without refusing it runs search, which this SDK
+        # cannot read yet.
         feature_not_available("Flow search (search_flows)")
 
     async def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:

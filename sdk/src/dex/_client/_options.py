@@ -1,8 +1,9 @@
 """Options of the Client calls: frozen records, positional in the documented order.
 
 Fields of features this release does not run yet (Flow timeouts, Flow retries, most of
-``FlowConfig``) are accepted as values; ``start_flow`` raises ``FeatureNotAvailableError``
-when one of them is set to anything but its default (see ``unsupported_start_option``).
+``FlowConfig``) are accepted as values. A start that sets one of them to anything but its
+default names the feature in its request (see ``required_start_features``), and a server
+that does not run it refuses the start: ``start_flow`` raises ``FeatureNotAvailableError``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ __all__ = [
     "TimeTravelStepMethod",
     "TimeTravelType",
     "seconds",
-    "unsupported_start_option",
+    "required_start_features",
 ]
 
 
@@ -257,19 +258,30 @@ class StartFlowOptions:
         return dataclasses.replace(self, _attribute_initializations=items)
 
 
-def unsupported_start_option(options: StartFlowOptions) -> str | None:
-    """Name the first option of ``options`` this release cannot run, or None."""
-    if options.timeout is not None:
-        return "Flow timeouts (StartFlowOptions.timeout)"
-    if options.timeout_policy is not FlowTimeoutPolicy.DEFAULT:
-        return "Flow timeouts (StartFlowOptions.timeout_policy)"
-    if options.timeout_handler_options is not None:
-        return "Flow timeouts (StartFlowOptions.timeout_handler_options)"
-    if options.retry_policy is not None:
-        return "Flow retries (StartFlowOptions.retry_policy)"
+def required_start_features(options: StartFlowOptions) -> list[str]:
+    """Name each optional feature ``options`` asks of the server (none for a plain start).
+
+    The start request carries these names; a server that does not run one refuses the
+    start with ``FEATURE_NOT_AVAILABLE`` rather than start a Flow without it.
+    """
+    wanted = [
+        ("Flow timeouts (StartFlowOptions.timeout)", options.timeout is not None),
+        (
+            "Flow timeouts (StartFlowOptions.timeout_policy)",
+            options.timeout_policy is not FlowTimeoutPolicy.DEFAULT,
+        ),
+        (
+            "Flow timeouts (StartFlowOptions.timeout_handler_options)",
+            options.timeout_handler_options is not None,
+        ),
+        ("Flow retries (StartFlowOptions.retry_policy)", options.retry_policy is not None),
+    ]
+    features = [name for name, asked in wanted if asked]
     if options.config_override is not None:
-        return unsupported_flow_config(options.config_override)
-    return None
+        config = unsupported_flow_config(options.config_override)
+        if config is not None:
+            features.append(config)
+    return features
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dex_server.api._openapi import openapi_document
 from dex_server.api._worker import worker_endpoint
+from dex_server.engine import features
 from dex_server.engine.ids import is_uuid7
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
@@ -157,6 +158,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
 
     async def list_flows(request: Request) -> Response:
         q = request.query_params
+        runtime.require([features.SEARCH] * bool(q.get("query")))
         size = _int(request, "page_size", 100)
         token = q.get("page_token") or None
         if token is not None and not is_uuid7(token):

@@ -32,6 +32,7 @@ from dex_server.dispatch import (
     StreamHub,
     WorkerConn,
 )
+from dex_server.engine import features
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
@@ -510,7 +511,24 @@ class Runtime:
 
     # ------------------------------------------------------------------ client API
 
+    def require(self, requested: list[str]) -> None:
+        """Refuse a request that needs an optional feature this server does not run.
+
+        Raises:
+            ServiceError: ``FEATURE_NOT_AVAILABLE``, naming the first missing feature in
+                ``detail``.
+
+        """
+        absent = features.missing(requested)
+        if absent:
+            raise ServiceError(
+                ErrorCode.FEATURE_NOT_AVAILABLE,
+                f"this server does not run {', '.join(absent)}",
+                detail=absent[0],
+            )
+
     async def start_flow(self, req: StartFlowRequest) -> str:
+        self.require(req.requires)
         run_id, eff = await self.store.run(
             lambda tx: _flows.start_flow(tx, self.limits, self.specs, req, time.time())
         )
