@@ -31,6 +31,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 # File descriptors kept free of connections by the automatic connection cap: the store's
 # files and connections, logs, the listening socket.
 RESERVED_FDS = 64
+# How long a refused connection is still read from (and its input dropped) after the answer.
+LINGER_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +83,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
             self._refused = True
-            transport.write(self.too_busy)
-            transport.close()
+            self._answer_and_close(self.too_busy)
             return
         self._arm_head_timer()
 
@@ -184,8 +185,17 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._cancel_timers()
         if self.cycle is None or self.cycle.response_complete:
             # nothing else is writing on this connection
-            self.transport.write(response)
-        self.transport.close()
+            self._answer_and_close(response)
+        else:
+            self.transport.close()
+
+    def _answer_and_close(self, response: bytes) -> None:
+        # A close with unread input makes the kernel reset the connection, and the client
+        # may lose the answer: send it, half-close, and read (dropping it) a little longer.
+        self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
