@@ -167,6 +167,11 @@ def _ok(method: str, path: str, resp: str | None) -> dict[str, Any]:
     return {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
 
 
+def _operation_id(method: str, path: str) -> str:
+    words = [w.strip("{}").replace(".", "_") for w in path.split("/") if w and w != "v1"]
+    return "_".join([method, *words])
+
+
 def _operation(
     method: str, path: str, req: str | None, resp: str | None, summary: str
 ) -> dict[str, Any]:
@@ -216,12 +221,25 @@ def _operation(
         op["parameters"] = parameters
     if (method, path) in PUBLIC:
         op["security"] = []
+    if (method, path) == ("post", "/v1/flows"):
+        responses["200"]["links"] = _START_LINKS
     return op
 
 
-def _operation_id(method: str, path: str) -> str:
-    words = [w.strip("{}").replace(".", "_") for w in path.split("/") if w and w != "v1"]
-    return "_".join([method, *words])
+# what a started Flow can be asked next (the Flow ID is the start request's)
+_START_LINKS = {
+    ("describe" if path.endswith("}") else path.rsplit("/", 1)[-1]): {
+        "operationId": _operation_id(method, path),
+        "parameters": {"flow_id": "$request.body#/flow_id"},
+    }
+    for method, path in [
+        ("get", "/v1/flows/{flow_id}"),
+        ("get", "/v1/flows/{flow_id}/state"),
+        ("get", "/v1/flows/{flow_id}/result"),
+        ("get", "/v1/flows/{flow_id}/history"),
+        ("post", "/v1/flows/{flow_id}/stop"),
+    ]
+}
 
 
 def routes() -> list[tuple[str, str]]:
