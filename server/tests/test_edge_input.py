@@ -221,6 +221,8 @@ async def test_bad_numbers_deep_json_and_huge_tokens_are_bad_requests(
         r = await http.get(path, params={name: value})
         assert r.status_code == 400, (path, name, value, r.text)
         assert r.json()["code"] == "BAD_REQUEST"
+    r = await http.get("/v1/flows?page_size=5&page_size=")
+    assert r.status_code == 400 and "page_size is given more than once" in r.json()["message"]
     r = await http.get("/v1/flows", params={"page_token": "9" * 5000})
     assert r.status_code == 413 and "max_query_value_bytes=1024" in r.json()["message"]
     for depth in (1000, 100_000):

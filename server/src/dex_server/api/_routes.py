@@ -105,6 +105,8 @@ MAX_QUERY_VALUE_BYTES = 1024
 
 def _query(request: Request, name: str) -> str:
     raw = request.query_params.get(name, "")
+    if len(request.query_params.getlist(name)) > 1:
+        raise ServiceError(ErrorCode.BAD_REQUEST, f"query parameter {name} is given more than once")
     return check_text(
         raw, f"query parameter {name}", "max_query_value_bytes", MAX_QUERY_VALUE_BYTES
     )
