@@ -197,7 +197,8 @@ async def test_flow_id_over_the_limit_is_rejected_and_stores_nothing(tmp_path: P
         assert r.status_code == 413
         # nothing was written: no Flow, and not even the new Flow type's spec
         assert (await http.get("/v1/flows")).json()["flows"] == []
-        assert (await http.get(f"/v1/flows/{too_long}")).status_code == 404
+        r = await http.get(f"/v1/flows/{too_long}")
+        assert r.status_code == 413 and "max_flow_id_bytes=1024" in r.json()["message"]
         r = await http.get("/v1/streams/Talker/out/x")
         assert r.json()["code"] == "UNKNOWN_FLOW_TYPE"
 
@@ -210,7 +211,8 @@ async def test_flow_id_over_the_limit_is_rejected_and_stores_nothing(tmp_path: P
         write = encoder.encode(StreamWriteRequest(value=raw("hi"), source="test"))
         r = await http.post(f"/v1/streams/Talker/out/{too_long}", content=write)
         assert r.status_code == 413 and "max_flow_id_bytes=1024" in r.json()["message"]
-        assert (await http.get(f"/v1/streams/Talker/out/{too_long}")).json()["messages"] == []
+        assert (await http.get(f"/v1/streams/Talker/out/{too_long}")).status_code == 413
+        assert (await http.get(f"/v1/streams/Talker/out/{'x' * 1024}")).json()["messages"] == []
         r = await http.post(f"/v1/streams/Talker/out/{longest}", content=write)
         assert r.status_code == 200
         assert len((await http.get(f"/v1/streams/Talker/out/{longest}")).json()["messages"]) == 1

@@ -145,3 +145,33 @@ def test_dev_reports_a_taken_port(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_server_connection_limit_flags(tmp_path: Path) -> None:
+    db = tmp_path / "prod" / "dex.sqlite3"
+    proc = spawn(
+        "server", "--database-url", f"sqlite:///{db}", "--port", "0",
+        "--max-header-bytes", "4096", "--max-header-count", "10",
+        "--http-head-timeout-s", "0.5", "--http-body-timeout-s", "0.5",
+        "--http-keep-alive-s", "0.5", "--max-connections", "50",
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"listening on (\S+)", proc.stdout.readline())
+        assert match
+        host, port = match.group(1).rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
+            answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 431 ") and b"max_header_bytes=4096" in answer
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            started = time.monotonic()
+            assert s.recv(4096) == b""  # idle: closed after the head timeout
+            assert time.monotonic() - started < 5
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0

@@ -25,7 +25,9 @@ _CODE_BY_STATUS: dict[int, str] = {}
 for _code, _status in HTTP_STATUS.items():
     _CODE_BY_STATUS.setdefault(_status, _code)
 _CODE_BY_STATUS[503] = ErrorCode.UNAVAILABLE
-_CODE_BY_STATUS[404] = ErrorCode.FLOW_NOT_FOUND
+# a 404 without an ApiError body comes from something else than the Dex server's Flow
+# lookups (a proxy, a wrong base URL): it is not a FlowNotFoundError
+_CODE_BY_STATUS[404] = ErrorCode.NOT_FOUND
 _CODE_BY_STATUS[400] = ErrorCode.BAD_REQUEST
 
 _api_error_decoder = msgspec.json.Decoder(ApiError)

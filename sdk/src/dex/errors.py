@@ -594,6 +594,18 @@ _BY_CODE: dict[str, tuple[type[DexServiceError], StatusCode, ErrorSubStatus]] = 
         ErrorSubStatus.UNCATEGORIZED,
     ),
     ErrorCode.INTERNAL: (DexServiceError, StatusCode.INTERNAL, ErrorSubStatus.UNCATEGORIZED),
+    ErrorCode.NOT_FOUND: (DexServiceError, StatusCode.NOT_FOUND, ErrorSubStatus.UNCATEGORIZED),
+    ErrorCode.METHOD_NOT_ALLOWED: (
+        DexServiceError,
+        StatusCode.UNIMPLEMENTED,
+        ErrorSubStatus.UNCATEGORIZED,
+    ),
+    # the transport raises FeatureNotAvailableError for it; this is the status it stands for
+    ErrorCode.FEATURE_NOT_AVAILABLE: (
+        DexServiceError,
+        StatusCode.UNIMPLEMENTED,
+        ErrorSubStatus.UNCATEGORIZED,
+    ),
 }
 
 # a plain DexServiceError built from a status alone gets the closest error code

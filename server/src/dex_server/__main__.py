@@ -62,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
         help="missed heartbeats before another server takes over (several servers)",
     )
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--max-header-bytes", type=int, default=64 * 1024, help="431 above it")
+    p.add_argument("--max-header-count", type=int, default=100, help="431 above it")
+    p.add_argument("--http-head-timeout-s", type=float, default=10.0)
+    p.add_argument("--http-body-timeout-s", type=float, default=60.0)
+    p.add_argument("--http-keep-alive-s", type=float, default=5.0)
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="most open connections (default: the open-file limit less 64)",
+    )
     return p
 
 
@@ -97,6 +108,12 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         worker_reconnect_grace_s=a.worker_reconnect_grace_s,
         log_level=a.log_level,
         server_lease_s=a.server_lease_s,
+        max_header_bytes=a.max_header_bytes,
+        max_header_count=a.max_header_count,
+        http_head_timeout_s=a.http_head_timeout_s,
+        http_body_timeout_s=a.http_body_timeout_s,
+        http_keep_alive_s=a.http_keep_alive_s,
+        max_connections=a.max_connections,
     )
 
 

@@ -72,6 +72,20 @@ class ServerConfig:
             measure the engine without the disk's flush latency).
         retention_sweep_interval_s: period of the retention sweep.
         log_level: uvicorn / ``logging`` level name.
+        max_header_bytes: largest HTTP request head (request line and headers, in bytes;
+            default 64 KiB). A larger one is answered ``431`` before auth runs, and the
+            connection is closed.
+        max_header_count: most headers in one HTTP request (default 100; over it: ``431``).
+        http_head_timeout_s: how long a client has to send a whole request head, counted
+            from the connection's opening or from its first byte after an idle keep-alive
+            pause (default 10 s; then ``408`` and close, or just close when it sent nothing).
+        http_body_timeout_s: how long a client has to send a whole request body after its
+            head (default 60 s; then the connection is closed).
+        http_keep_alive_s: how long an idle keep-alive connection stays open between
+            requests (default 5 s).
+        max_connections: most open client connections (HTTP and Worker WebSockets); one
+            more is answered ``503`` and closed at once. ``None`` (the default): the
+            process's open-file limit (``ulimit -n``) less 64, kept for the store and logs.
 
     """
 
@@ -94,6 +108,12 @@ class ServerConfig:
     fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
+    max_header_bytes: int = 64 * 1024
+    max_header_count: int = 100
+    http_head_timeout_s: float = 10.0
+    http_body_timeout_s: float = 60.0
+    http_keep_alive_s: float = 5.0
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         if (self.database_path is None) == (self.database_url is None):
@@ -114,6 +134,15 @@ class ServerConfig:
             )
         if self.pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")
+        for name in ("max_header_bytes", "max_header_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+        for name in ("http_head_timeout_s", "http_body_timeout_s", "http_keep_alive_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite positive number, not {value}")
 
     @property
     def max_worker_frame_bytes(self) -> int:
@@ -152,12 +181,16 @@ def build_app(config: ServerConfig) -> Starlette:
     from starlette.middleware import Middleware
 
     from dex_server.api import BearerAuth
+    from dex_server.api._routes import HTTP_ERROR_HANDLERS
 
     app = Starlette(
         routes=build_routes(runtime),
         lifespan=lifespan,
         middleware=[Middleware(BearerAuth, token=config.token)],
+        exception_handlers=HTTP_ERROR_HANDLERS,
     )
+    # a trailing slash is another path (an ID may end with one), never a redirect
+    app.router.redirect_slashes = False
     app.state.runtime = runtime
     return app
 
@@ -233,11 +266,22 @@ async def _serve_app(config: ServerConfig, app: Starlette, ready: asyncio.Event 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
     sock.set_inheritable(True)
+    from dex_server._http import HttpLimits, default_max_connections, limited_protocol
+
+    limits = HttpLimits(
+        max_header_bytes=config.max_header_bytes,
+        max_header_count=config.max_header_count,
+        head_timeout_s=config.http_head_timeout_s,
+        body_timeout_s=config.http_body_timeout_s,
+        max_connections=config.max_connections or default_max_connections(),
+    )
     uv_config = uvicorn.Config(
         app,
         log_level=config.log_level,
         ws="websockets-sansio",
-        http="httptools",
+        http=limited_protocol(limits),
+        # typed int, but only ever given to loop.call_later: a float works
+        timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]
         lifespan="on",
         # beyond the announced limit, so a frame slightly over it gets an answer, not a close
         ws_max_size=config.max_worker_frame_bytes + _MIB,

@@ -115,6 +115,12 @@ _FLAGS = {
     "log_level": "--log-level",
     "pool_size": "--pool-size",
     "server_lease_s": "--server-lease-s",
+    "max_header_bytes": "--max-header-bytes",
+    "max_header_count": "--max-header-count",
+    "http_head_timeout_s": "--http-head-timeout-s",
+    "http_body_timeout_s": "--http-body-timeout-s",
+    "http_keep_alive_s": "--http-keep-alive-s",
+    "max_connections": "--max-connections",
 }
 
 

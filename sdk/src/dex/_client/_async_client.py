@@ -546,8 +546,6 @@ class AsyncClient:
         params = {"query": query, "page_size": str(page_size)}
         if next_page_token:
             params["page_token"] = next_page_token
-        if include_continued_as_new:
-            params["include_continued_as_new"] = "true"
         await self._http.call("GET", "/v1/flows", FlowListResponse, params=params)
         # A server that answers a query without refusing it runs search, which this SDK
         # cannot read yet.

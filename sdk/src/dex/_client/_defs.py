@@ -36,8 +36,12 @@ __all__ = [
 
 
 def quote_segment(value: str) -> str:
-    """Quote one URL path segment (Flow IDs may hold any character)."""
-    return quote(value, safe="")
+    """Quote one URL path segment (Flow IDs may hold any character).
+
+    Every reserved character is percent-encoded, ``.`` too: an HTTP client would otherwise
+    resolve a ``.`` or ``..`` segment away and address another path.
+    """
+    return quote(value, safe="").replace(".", "%2E")
 
 
 def check_flow_id(flow_id: str) -> str:

@@ -46,7 +46,67 @@ _TYPES: list[Any] = [
     StreamWriteRequest,
 ]
 
-# (method, path, request, response, summary)
+_ID = {"type": "string", "minLength": 1}
+_TOKEN = {"type": "string", "pattern": "^[0-9]{0,18}$"}
+# a finite number; below 0 counts as 0 and above 60 as 60
+_TIMEOUT = {"type": "number", "default": 60}
+
+
+def _page_size(default: int) -> dict[str, Any]:
+    # above 1000 counts as 1000
+    return {"type": "integer", "minimum": 1, "default": default}
+
+
+_FLOW_STATUSES = ["running", "completed", "failed", "canceled", "terminated"]
+_UUID7 = "[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}"
+
+# query parameters of each (method, path): name -> (schema, description)
+_QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
+    ("get", "/v1/flows"): {
+        "page_size": (_page_size(100), "Flows per page (above 1000: 1000)"),
+        "page_token": (
+            {"type": "string", "pattern": f"^({_UUID7})?$"},
+            "next_page_token of the previous page (empty: the first page)",
+        ),
+        "status": (
+            {"type": "string", "enum": ["", *_FLOW_STATUSES]},
+            "only Flows in this status (empty: any)",
+        ),
+        "flow_type": ({"type": "string"}, "only Flows of this type (empty: any)"),
+        "query": (
+            {"type": "string"},
+            "a search query over indexed Attributes; this server does not run search "
+            "and answers a non-empty query with 422 FEATURE_NOT_AVAILABLE",
+        ),
+    },
+    ("get", "/v1/flows/{flow_id}/result"): {
+        "timeout_s": (_TIMEOUT, "how long to wait for the result, in seconds (0 to 60)"),
+    },
+    ("get", "/v1/flows/{flow_id}/history"): {
+        "page_size": (_page_size(200), "events per page (above 1000: 1000)"),
+        "run_id": ({"type": "string"}, "a run of the Flow ID (default: the latest)"),
+        "page_token": (_TOKEN, "next_page_token of the previous page"),
+    },
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/next"): {
+        "resume_token": (_TOKEN, "resume_token of the last message read (default: oldest)"),
+        "timeout_s": (_TIMEOUT, "how long to wait for a message, in seconds (0 to 60)"),
+    },
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}"): {
+        "before": (_TOKEN, "before_page_token of the previous page"),
+        "page_size": (_page_size(100), "messages per page (above 1000: 1000)"),
+    },
+}
+
+_PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
+    "flow_id": (_ID, "Flow ID (percent-encode every reserved character, '.' included)"),
+    "flow_type": (_ID, "Flow type"),
+    "stream": (_ID, "Stream name"),
+    "sha256": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the blob's sha256 (hex)"),
+}
+
+_EMPTY = {"type": "object", "properties": {}}
+
+# (method, path, request, response, summary); response "{}" is an empty JSON object
 _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
     ("post", "/v1/flows", "StartFlowRequest", "StartFlowResponse", "Start a Flow run"),
     ("get", "/v1/flows", None, "FlowListResponse", "List Flows, newest first"),
@@ -61,13 +121,13 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
     ),
     ("get", "/v1/flows/{flow_id}/result", None, "FlowResultWire", "Long-poll the result"),
     ("post", "/v1/flows/{flow_id}/rpc", "InvokeRpcRequest", "InvokeRpcResponse", "Invoke an RPC"),
-    ("post", "/v1/flows/{flow_id}/stop", "StopFlowRequest", None, "Stop a running Flow"),
+    ("post", "/v1/flows/{flow_id}/stop", "StopFlowRequest", "{}", "Stop a running Flow"),
     ("get", "/v1/flows/{flow_id}/history", None, "HistoryPage", "Page through history"),
     (
         "post",
         "/v1/streams/{flow_type}/{stream}/{flow_id}",
         "StreamWriteRequest",
-        None,
+        "{}",
         "Write a Stream message",
     ),
     (
@@ -84,12 +144,126 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         "StreamListResponse",
         "List Stream messages, newest first",
     ),
+    ("get", "/v1/blobs/{sha256}", None, None, "Blob bytes (offloaded values)"),
     ("get", "/v1/health", None, "HealthResponse", "Health check (no auth)"),
+    ("get", "/openapi.json", None, None, "This document"),
 ]
+
+# routes answered without a token
+PUBLIC = {("get", "/v1/health")}
 
 
 def _ref(name: str) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, **_ref("ApiError")}
+
+
+def _ok(method: str, path: str, resp: str | None) -> dict[str, Any]:
+    if resp == "{}":
+        return {"description": "OK", "content": {"application/json": {"schema": _EMPTY}}}
+    if resp is not None:
+        return {"description": "OK", **_ref(resp)}
+    if path == "/v1/blobs/{sha256}":
+        media = "application/octet-stream"
+        return {"description": "raw bytes", "content": {media: {"schema": {}}}}
+    return {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+# operations whose request may ask for an optional feature (StartFlowRequest.requires, a
+# search query)
+_NEEDS_FEATURES = {("post", "/v1/flows"), ("get", "/v1/flows")}
+
+
+def _operation_id(method: str, path: str) -> str:
+    words = [w.strip("{}").replace(".", "_") for w in path.split("/") if w and w != "v1"]
+    return "_".join([method, *words])
+
+
+def _operation(
+    method: str, path: str, req: str | None, resp: str | None, summary: str
+) -> dict[str, Any]:
+    params = [p.strip("{}") for p in path.split("/") if p.startswith("{")]
+    responses: dict[str, Any] = {"200": _ok(method, path, resp)}
+    if params or req or (method, path) in _QUERY:
+        responses["400"] = _error("Bad request (BAD_REQUEST and other 4xx codes)")
+    if (method, path) not in PUBLIC:
+        responses["401"] = _error("Missing or wrong bearer token (UNAUTHENTICATED)")
+    if params:
+        responses["404"] = _error("No such Flow, Flow type, Stream or blob")
+    responses["405"] = _error("Method not allowed on this path (METHOD_NOT_ALLOWED)")
+    if req or params or (method, path) in _QUERY:
+        responses["413"] = _error("A limit was exceeded (LIMIT_EXCEEDED names it)")
+    responses["431"] = _error("Request head over max_header_bytes or max_header_count")
+    if (method, path) in _NEEDS_FEATURES:
+        responses["422"] = _error(
+            "Needs a feature this server does not run (FEATURE_NOT_AVAILABLE)"
+        )
+    responses["default"] = _error("Error (ApiError.code says which)")
+    op: dict[str, Any] = {
+        "summary": summary,
+        "operationId": _operation_id(method, path),
+        "responses": responses,
+    }
+    if req:
+        op["requestBody"] = {"required": True, **_ref(req)}
+    parameters: list[dict[str, Any]] = []
+    for p in params:
+        schema, description = _PATH_PARAMS[p]
+        parameters.append(
+            {
+                "name": p,
+                "in": "path",
+                "required": True,
+                "description": description,
+                "schema": schema,
+            }
+        )
+    for name, (schema, description) in _QUERY.get((method, path), {}).items():
+        parameters.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": description,
+                "schema": schema,
+            }
+        )
+    if parameters:
+        op["parameters"] = parameters
+    if (method, path) in PUBLIC:
+        op["security"] = []
+    if (method, path) == ("post", "/v1/flows"):
+        responses["200"]["links"] = _START_LINKS
+    return op
+
+
+# what a started Flow can be asked next (the Flow ID is the start request's)
+_START_LINKS = {
+    ("describe" if path.endswith("}") else path.rsplit("/", 1)[-1]): {
+        "operationId": _operation_id(method, path),
+        "parameters": {"flow_id": "$request.body#/flow_id"},
+    }
+    for method, path in [
+        ("get", "/v1/flows/{flow_id}"),
+        ("get", "/v1/flows/{flow_id}/state"),
+        ("get", "/v1/flows/{flow_id}/result"),
+        ("get", "/v1/flows/{flow_id}/history"),
+        ("post", "/v1/flows/{flow_id}/stop"),
+    ]
+}
+
+
+def routes() -> list[tuple[str, str]]:
+    """Every documented ``(method, path)``."""
+    return [(m, p) for m, p, *_ in _ROUTES]
+
+
+def query_parameters() -> dict[tuple[str, str], list[str]]:
+    """The query parameters each ``(method, path)`` documents."""
+    return {k: list(v) for k, v in _QUERY.items()}
 
 
 @functools.cache
@@ -100,31 +274,7 @@ def openapi_document() -> bytes:
     )
     paths: dict[str, dict[str, Any]] = {}
     for method, path, req, resp, summary in _ROUTES:
-        op: dict[str, Any] = {
-            "summary": summary,
-            "responses": {
-                "200": {"description": "OK", **(_ref(resp) if resp else {})},
-                "default": {"description": "Error", **_ref("ApiError")},
-            },
-        }
-        if req:
-            op["requestBody"] = {"required": True, **_ref(req)}
-        params = [p.strip("{}") for p in path.split("/") if p.startswith("{")]
-        if params:
-            op["parameters"] = [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                for p in params
-            ]
-        paths.setdefault(path, {})[method] = op
-    paths["/v1/blobs/{sha256}"] = {
-        "get": {
-            "summary": "Blob bytes",
-            "responses": {
-                "200": {"description": "raw bytes"},
-                "404": {"description": "unknown blob"},
-            },
-        }
-    }
+        paths.setdefault(path, {})[method] = _operation(method, path, req, resp, summary)
     doc = {
         "openapi": "3.1.0",
         "info": {"title": "Dex server API", "version": "0.1.0"},

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, get_args
+from typing import Any, TypeVar, get_args
 
 import msgspec
 from dex._protocol import (
     HTTP_STATUS,
+    MAX_FLOW_ID_BYTES,
     ApiError,
     ErrorCode,
     FlowListResponse,
@@ -22,12 +24,20 @@ from dex._protocol import (
     StreamWriteRequest,
     encoder,
 )
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Match, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dex_server.api._openapi import openapi_document
+from dex_server.api._paths import (
+    MAX_SEGMENT_BYTES,
+    RawPathRoute,
+    check_strings,
+    check_text,
+    is_path,
+)
 from dex_server.api._worker import worker_endpoint
 from dex_server.engine import features
 from dex_server.engine.ids import is_uuid7
@@ -81,23 +91,63 @@ async def _body(request: Request, tp: type[S], limit: int) -> S:
                 f" max_request_bytes={limit}",
             )
     try:
-        return msgspec.json.decode(bytes(chunks), type=tp)
+        body = msgspec.json.decode(bytes(chunks), type=tp)
     except msgspec.ValidationError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, f"invalid {tp.__name__}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise ServiceError(ErrorCode.BAD_REQUEST, "JSON body is nested too deeply") from None
+    check_strings(body, "")
+    return body
+
+
+# Longest query parameter value read (tokens are at most a run ID or an integer).
+MAX_QUERY_VALUE_BYTES = 1024
+
+
+def _query(request: Request, name: str) -> str:
+    raw = request.query_params.get(name, "")
+    if len(request.query_params.getlist(name)) > 1:
+        raise ServiceError(ErrorCode.BAD_REQUEST, f"query parameter {name} is given more than once")
+    return check_text(
+        raw, f"query parameter {name}", "max_query_value_bytes", MAX_QUERY_VALUE_BYTES
+    )
 
 
 def _float(request: Request, name: str, default: float) -> float:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    raw = _query(request, name)
+    if raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
         raise ServiceError(
-            ErrorCode.BAD_REQUEST, f"query parameter {name}={raw!r} is not a number"
-        ) from None
+            ErrorCode.BAD_REQUEST, f"query parameter {name}={raw[:40]!r} is not a finite number"
+        )
+    return value
+
+
+def _digits(request: Request, name: str) -> str:
+    # a position token: the decimal sequence number the server handed out, or empty
+    token = _query(request, name)
+    if token and not (token.isascii() and token.isdigit() and len(token) <= 18):
+        raise ServiceError(ErrorCode.BAD_REQUEST, f"bad {name} {token[:40]!r}")
+    return token
+
+
+def _flow_id(request: Request) -> str:
+    return check_text(
+        request.path_params["flow_id"], "flow_id", "max_flow_id_bytes", MAX_FLOW_ID_BYTES
+    )
+
+
+def _segment(request: Request, name: str) -> str:
+    return check_text(
+        request.path_params[name], f"path parameter {name}", "max_segment_bytes", MAX_SEGMENT_BYTES
+    )
 
 
 def _int(request: Request, name: str, default: int, maximum: int = 1000) -> int:
@@ -113,7 +163,7 @@ _FLOW_STATUSES: tuple[str, ...] = get_args(FlowStatus)
 
 
 def _status(request: Request) -> str | None:
-    status = request.query_params.get("status") or None
+    status = _query(request, "status") or None
     if status is not None and status not in _FLOW_STATUSES:
         raise ServiceError(
             ErrorCode.BAD_REQUEST, f"bad status {status!r}; one of {', '.join(_FLOW_STATUSES)}"
@@ -132,6 +182,9 @@ def _guard(fn: Handler) -> Handler:
             return error_response(err)
         except StoreUnavailableError as exc:
             return error_response(ServiceError(ErrorCode.UNAVAILABLE, str(exc)))
+        except ClientDisconnect:
+            # the client is gone (or its body was too slow): nobody reads this answer
+            return Response(status_code=400)
 
     return wrapped
 
@@ -157,17 +210,17 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         return _json(StartFlowResponse(run_id=await runtime.start_flow(req)))
 
     async def list_flows(request: Request) -> Response:
-        q = request.query_params
-        runtime.require([features.SEARCH] * bool(q.get("query")))
+        runtime.require([features.SEARCH] * bool(_query(request, "query")))
         size = _int(request, "page_size", 100)
-        token = q.get("page_token") or None
+        token = _query(request, "page_token") or None
         if token is not None and not is_uuid7(token):
             # the token is the run ID of the previous page's last Flow
-            raise ServiceError(ErrorCode.BAD_REQUEST, f"bad page_token {token!r}")
+            raise ServiceError(ErrorCode.BAD_REQUEST, f"bad page_token {token[:40]!r}")
         status = _status(request)
+        flow_type = _query(request, "flow_type") or None
         flows = await runtime.run(
             lambda tx: tx.flows.page(
-                flow_type=q.get("flow_type") or None,
+                flow_type=flow_type,
                 status=status,
                 limit=size + 1,
                 before_run_id=token,
@@ -178,16 +231,16 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         return _json(FlowListResponse(flows=[_flows.info(f) for f in page], next_page_token=nxt))
 
     async def describe(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         return _json(await runtime.run(lambda tx: _flows.describe(tx, fid)))
 
     async def state(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         running = dict(runtime.dispatcher.running)
         return _json(await runtime.run(lambda tx: _flows.state_of(tx, fid, running)))
 
     async def result(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
         if not await runtime.wait_closed(fid, timeout):
             raise ServiceError(
@@ -196,51 +249,50 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         return _json(await runtime.run(lambda tx: _flows.result_of(tx, fid)))
 
     async def rpc(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         req = await _body(request, InvokeRpcRequest, limit)
         runtime.limits.check_value(bytes(req.input) if req.input is not None else None, "RPC input")
         return _json(InvokeRpcResponse(output=await runtime.invoke_rpc(fid, req)))
 
     async def stop(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         req = await _body(request, StopFlowRequest, limit)
         await runtime.stop_flow(fid, req)
         return _json({})
 
     async def history(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
-        q = request.query_params
+        fid = _flow_id(request)
         size = _int(request, "page_size", 200)
-        run_id, token = q.get("run_id", ""), q.get("page_token", "")
+        run_id, token = _query(request, "run_id"), _digits(request, "page_token")
         return _json(
             await runtime.run(lambda tx: _flows.history_page(tx, fid, run_id, size, token))
         )
 
     async def blob(request: Request) -> Response:
-        h = request.path_params["sha256"]
+        h = _segment(request, "sha256")
         data = await runtime.run(lambda tx: tx.blobs.get(h))
         if data is None:
-            return _json(ApiError(code="NOT_FOUND", message=f"no blob {h}"), 404)
+            return _json(ApiError(code=ErrorCode.NOT_FOUND, message=f"no blob {h[:80]}"), 404)
         return Response(data, media_type="application/octet-stream")
 
     async def openapi(request: Request) -> Response:
         return Response(openapi_document(), media_type=_JSON)
 
-    g = _guard
+    g, R = _guard, RawPathRoute
     return [
-        Route("/v1/health", g(health)),
-        Route("/openapi.json", g(openapi)),
-        Route("/v1/flows", g(start), methods=["POST"]),
-        Route("/v1/flows", g(list_flows), methods=["GET"]),
-        Route("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
-        Route("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
+        R("/v1/health", g(health), methods=["GET"]),
+        R("/openapi.json", g(openapi), methods=["GET"]),
+        R("/v1/flows", g(start), methods=["POST"]),
+        R("/v1/flows", g(list_flows), methods=["GET"]),
+        R("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
+        R("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
         _attributes_route(runtime),
-        Route("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
-        Route("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
-        Route("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
-        Route("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
+        R("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
+        R("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
+        R("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
+        R("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
         *_stream_routes(runtime),
-        Route("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
+        R("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
         WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
 
@@ -249,22 +301,21 @@ def _attributes_route(runtime: Runtime) -> BaseRoute:
     limit = runtime.config.max_request_bytes
 
     async def attributes(request: Request) -> Response:
-        fid = request.path_params["flow_id"]
+        fid = _flow_id(request)
         req = await _body(request, ReadAttributesRequest, limit)
         # committed values only: no Worker, and off the writer
         return _json(
             await runtime.store.read(lambda tx: _flows.read_attributes(tx, runtime.specs, fid, req))
         )
 
-    return Route("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
+    return RawPathRoute("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
 
 
 def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
     limit = runtime.config.max_request_bytes
 
     def _stream_key(request: Request) -> tuple[str, str, str]:
-        p = request.path_params
-        return p["flow_type"], p["stream"], p["flow_id"]
+        return _segment(request, "flow_type"), _segment(request, "stream"), _flow_id(request)
 
     async def stream_write(request: Request) -> Response:
         ft, st, fid = _stream_key(request)
@@ -280,9 +331,7 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
     async def stream_next(request: Request) -> Response:
         ft, st, fid = _stream_key(request)
         cap = runtime.stream_capacity(ft, st)
-        token = request.query_params.get("resume_token", "")
-        if token and not token.isdigit():
-            raise ServiceError(ErrorCode.BAD_REQUEST, f"bad resume_token {token!r}")
+        token = _digits(request, "resume_token")
         timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
         msg = await runtime.streams.read_next((ft, st, fid), cap, token, timeout)
         return _json(StreamReadResponse(message=msg))
@@ -290,20 +339,60 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
     async def stream_list(request: Request) -> Response:
         ft, st, fid = _stream_key(request)
         cap = runtime.stream_capacity(ft, st)
-        before = request.query_params.get("before", "")
-        if before and not before.isdigit():
-            raise ServiceError(ErrorCode.BAD_REQUEST, f"bad before token {before!r}")
+        before = _digits(request, "before")
         msgs, nxt = await runtime.streams.list_page(
             (ft, st, fid), cap, _int(request, "page_size", 100), before
         )
         return _json(StreamListResponse(messages=msgs, before_page_token=nxt))
 
-    g = _guard
+    g, R = _guard, RawPathRoute
     return [
-        Route("/v1/streams/{flow_type}/{stream}/{flow_id}/next", g(stream_next), methods=["GET"]),
-        Route("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_write), methods=["POST"]),
-        Route("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_list), methods=["GET"]),
+        R("/v1/streams/{flow_type}/{stream}/{flow_id}/next", g(stream_next), methods=["GET"]),
+        R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_write), methods=["POST"]),
+        R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_list), methods=["GET"]),
     ]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette's 404 (no route) and 405 (route without this method), as ApiError bodies
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 405:
+        code, message = ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here"
+    elif status == 404:
+        code, message = ErrorCode.NOT_FOUND, "no such route"
+    else:
+        code, message = ErrorCode.INTERNAL, "internal error"
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    if status == 405:
+        # every method of every route on this path, not only the first route's
+        allowed = {
+            m
+            for route in request.app.router.routes
+            if isinstance(route, RawPathRoute) and route.matches(request.scope)[0] != Match.NONE
+            for m in route.methods or ()
+        }
+        headers["Allow"] = ", ".join(sorted(allowed))
+    return Response(
+        encoder.encode(ApiError(code=code, message=message)),
+        status_code=status,
+        media_type=_JSON,
+        headers=headers,
+    )
+
+
+# Starlette ``exception_handlers`` that answer unknown routes and methods with an ApiError.
+HTTP_ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    404: _http_error,
+    405: _http_error,
+}
+
+
+def _bearer_token(header: bytes) -> bytes | None:
+    # RFC 7235: the scheme is case-insensitive, one or more spaces before the credentials
+    scheme, _, rest = header.partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return rest.lstrip(b" ")
 
 
 class BearerAuth:
@@ -317,7 +406,7 @@ class BearerAuth:
         if (
             self.token is None
             or scope["type"] not in ("http", "websocket")
-            or (scope["path"] == "/v1/health")
+            or is_path(scope, "/v1/health")
         ):
             await self.app(scope, receive, send)
             return
@@ -325,7 +414,8 @@ class BearerAuth:
         for k, v in scope.get("headers", []):
             if k == b"authorization":
                 header = v
-        ok = hmac.compare_digest(header, b"Bearer " + self.token)
+        given = _bearer_token(header)
+        ok = given is not None and hmac.compare_digest(given, self.token)
         if ok:
             await self.app(scope, receive, send)
             return

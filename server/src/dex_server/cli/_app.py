@@ -158,6 +158,42 @@ def server(
             help="Several servers: missed heartbeats before another takes over (seconds).",
         ),
     ] = 15.0,
+    max_header_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-header-bytes", min=1, help="Largest request head (431 above it; 64 KiB)."
+        ),
+    ] = 64 * 1024,
+    max_header_count: Annotated[
+        int,
+        typer.Option("--max-header-count", min=1, help="Most request headers (431 above it)."),
+    ] = 100,
+    http_head_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--http-head-timeout-s", min=0.001, help="Time to send a request head (seconds)."
+        ),
+    ] = 10.0,
+    http_body_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--http-body-timeout-s", min=0.001, help="Time to send a request body (seconds)."
+        ),
+    ] = 60.0,
+    http_keep_alive_s: Annotated[
+        float,
+        typer.Option(
+            "--http-keep-alive-s", min=0.001, help="Idle keep-alive connections close after it."
+        ),
+    ] = 5.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="Most open connections, 503 above it (default: open-file limit less 64).",
+        ),
+    ] = None,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -173,6 +209,14 @@ def server(
             pool_size=pool_size,
             verify_schema_only=verify_schema_only,
             server_lease_s=server_lease_s,
+            http=_serve.HttpArgs(
+                max_header_bytes=max_header_bytes,
+                max_header_count=max_header_count,
+                http_head_timeout_s=http_head_timeout_s,
+                http_body_timeout_s=http_body_timeout_s,
+                http_keep_alive_s=http_keep_alive_s,
+                max_connections=max_connections,
+            ),
         )
     )
     _serve.run(config, banner=False)

@@ -40,6 +40,18 @@ class DevArgs:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HttpArgs:
+    """The connection limits of ``dexcli server`` (see :class:`ServerConfig`)."""
+
+    max_header_bytes: int = 64 * 1024
+    max_header_count: int = 100
+    http_head_timeout_s: float = 10.0
+    http_body_timeout_s: float = 60.0
+    http_keep_alive_s: float = 5.0
+    max_connections: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerArgs:
     database_url: str
     host: str
@@ -50,6 +62,7 @@ class ServerArgs:
     pool_size: int = 4
     verify_schema_only: bool = False
     server_lease_s: float = 15.0
+    http: HttpArgs = HttpArgs()
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -91,6 +104,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         address_file=args.address_file.resolve() if args.address_file else None,
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
+        **dataclasses.asdict(args.http),
     )
 
 
