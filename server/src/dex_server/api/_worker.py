@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -39,6 +41,10 @@ from dex_server.service._reads import read_state
 log = logging.getLogger("dex_server.worker")
 
 _MAX_INSTANCE_ID = 200
+# a Worker that sends this many frames the server cannot read within the window is broken
+# (or hostile): the server closes its connection instead of logging every frame
+MAX_BAD_FRAMES = 10
+BAD_FRAME_WINDOW_S = 60.0
 
 
 def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
@@ -152,6 +158,7 @@ async def _send_loop(ws: WebSocket, conn: WorkerConn) -> None:
 
 async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> None:
     limit = runtime.config.max_worker_frame_bytes
+    bad: deque[float] = deque()
     while True:
         msg = await ws.receive()
         if msg["type"] == "websocket.disconnect":
@@ -172,9 +179,23 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
         try:
             frame = worker_frame_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            now = time.monotonic()
+            bad.append(now)
+            while bad[0] < now - BAD_FRAME_WINDOW_S:
+                bad.popleft()
             _refuse_frame(
                 runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {exc}"
             )
+            if len(bad) >= MAX_BAD_FRAMES:
+                log.warning(
+                    "closing the connection of worker %s: %d unreadable frames in %gs",
+                    conn.app_worker_id,
+                    len(bad),
+                    BAD_FRAME_WINDOW_S,
+                )
+                with contextlib.suppress(Exception):
+                    await ws.close(code=1008, reason="too many unreadable frames")
+                return
             continue
         if isinstance(frame, ResultFrame):
             runtime.on_result(conn, frame.result)
@@ -245,8 +266,8 @@ def _refuse_frame(
 ) -> None:
     """Answer a frame the server cannot take with an error for its task, when it names one.
 
-    A result fails its attempt with ``code`` (no redelivery: the same frame would come back),
-    a durable heartbeat or a state read gets an error answer; anything else is only logged.
+    A result fails its attempt with ``code``, for good: neither a redelivery nor a retry
+    would help, the Worker would send the same frame again. A durable heartbeat or a state read gets an error answer; anything else is only logged.
     """
     head = _head(data)
     task_id = head.task_id or (head.result.task_id if head.result is not None else "")
@@ -261,9 +282,7 @@ def _refuse_frame(
         return
     if head.type in ("result", ""):
         if conn.tasks.get(task_id) is not None:
-            error = ErrorInfo(
-                error_type=code, message=message, non_retryable=code == ErrorCode.LIMIT_EXCEEDED
-            )
+            error = ErrorInfo(error_type=code, message=message, non_retryable=True)
             runtime.on_result(conn, TaskResult(task_id=task_id, error=error))
     elif head.type == "heartbeat" and head.durable:
         conn.send(HeartbeatAck(task_id=task_id, seq=head.seq, error_code=code, error=message))
