@@ -28,6 +28,7 @@ from dex._protocol import (
     StateValues,
     StreamWrite,
     TaskResult,
+    WorkerFrame,
     encoder,
     worker_frame_decoder,
 )
@@ -158,7 +159,7 @@ async def _send_loop(ws: WebSocket, conn: WorkerConn) -> None:
 
 async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> None:
     limit = runtime.config.max_worker_frame_bytes
-    bad: deque[float] = deque()
+    bad = _BadFrames()
     while True:
         msg = await ws.receive()
         if msg["type"] == "websocket.disconnect":
@@ -179,54 +180,70 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
         try:
             frame = worker_frame_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            now = time.monotonic()
-            bad.append(now)
-            while bad[0] < now - BAD_FRAME_WINDOW_S:
-                bad.popleft()
             _refuse_frame(
                 runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {exc}"
             )
-            if len(bad) >= MAX_BAD_FRAMES:
+            if bad.too_many():
                 log.warning(
-                    "closing the connection of worker %s: %d unreadable frames in %gs",
+                    "closing the connection of worker %s: %d unreadable frames within %gs",
                     conn.app_worker_id,
-                    len(bad),
+                    MAX_BAD_FRAMES,
                     BAD_FRAME_WINDOW_S,
                 )
                 with contextlib.suppress(Exception):
                     await ws.close(code=1008, reason="too many unreadable frames")
                 return
             continue
-        if isinstance(frame, ResultFrame):
-            runtime.on_result(conn, frame.result)
-        elif isinstance(frame, Heartbeat):
-            inflight = runtime.dispatcher.get(conn, frame.task_id)
-            if inflight is not None and frame.has_value:
-                inflight.heartbeat_value = frame.value
-            if frame.durable:  # answered even for an unknown task: the Worker waits
-                runtime._spawn(
-                    runtime.durable_heartbeat(
-                        conn, frame.task_id, frame.seq, frame.value if frame.has_value else None
-                    )
+        _handle(frame, conn, runtime)
+
+
+def _handle(frame: WorkerFrame, conn: WorkerConn, runtime: Runtime) -> None:
+    """Act on one decoded frame of a registered Worker."""
+    if isinstance(frame, ResultFrame):
+        runtime.on_result(conn, frame.result)
+    elif isinstance(frame, Heartbeat):
+        inflight = runtime.dispatcher.get(conn, frame.task_id)
+        if inflight is not None and frame.has_value:
+            inflight.heartbeat_value = frame.value
+        if frame.durable:  # answered even for an unknown task: the Worker waits
+            runtime._spawn(
+                runtime.durable_heartbeat(
+                    conn, frame.task_id, frame.seq, frame.value if frame.has_value else None
                 )
-        elif isinstance(frame, StreamWrite):
-            inflight = runtime.dispatcher.get(conn, frame.task_id)
-            if inflight is None or inflight.env.execution_id is None:
-                continue
-            try:
-                runtime.stream_write(
-                    inflight.env.flow_type,
-                    frame.stream,
-                    inflight.env.task.flow_id if inflight.env.task is not None else "",
-                    bytes(frame.value),
-                    f"#{inflight.env.execution_id}",
-                )
-            except ServiceError as exc:
-                log.info("stream write dropped: %s", exc.message)
-        elif isinstance(frame, ReadState):
-            runtime._spawn(read_state(runtime, conn, frame))
-        elif isinstance(frame, Reject):
-            runtime.dispatcher.reject(conn, frame.task_id)
+            )
+    elif isinstance(frame, StreamWrite):
+        inflight = runtime.dispatcher.get(conn, frame.task_id)
+        if inflight is None or inflight.env.execution_id is None:
+            return
+        try:
+            runtime.stream_write(
+                inflight.env.flow_type,
+                frame.stream,
+                inflight.env.task.flow_id if inflight.env.task is not None else "",
+                bytes(frame.value),
+                f"#{inflight.env.execution_id}",
+            )
+        except ServiceError as exc:
+            log.info("stream write dropped: %s", exc.message)
+    elif isinstance(frame, ReadState):
+        runtime._spawn(read_state(runtime, conn, frame))
+    elif isinstance(frame, Reject):
+        runtime.dispatcher.reject(conn, frame.task_id)
+
+
+class _BadFrames:
+    """When a connection's unreadable frames came in, over the last window."""
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque()
+
+    def too_many(self) -> bool:
+        """Count one more; whether the window now holds ``MAX_BAD_FRAMES``."""
+        now = time.monotonic()
+        self._times.append(now)
+        while self._times[0] < now - BAD_FRAME_WINDOW_S:
+            self._times.popleft()
+        return len(self._times) >= MAX_BAD_FRAMES
 
 
 class _ResultHead(msgspec.Struct):
@@ -267,7 +284,8 @@ def _refuse_frame(
     """Answer a frame the server cannot take with an error for its task, when it names one.
 
     A result fails its attempt with ``code``, for good: neither a redelivery nor a retry
-    would help, the Worker would send the same frame again. A durable heartbeat or a state read gets an error answer; anything else is only logged.
+    would help, the Worker would send the same frame again. A durable heartbeat or a state
+    read gets an error answer; anything else is only logged.
     """
     head = _head(data)
     task_id = head.task_id or (head.result.task_id if head.result is not None else "")
