@@ -94,6 +94,9 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             return
         try:
             await runtime.register_specs(first.flows)
+        except ServiceError as exc:
+            await _reject(ws, exc.code, exc.message)
+            return
         except Exception as exc:  # the store is away or refused: the Worker tries again later
             log.warning("registering worker %s failed: %s", first.app_worker_id, exc)
             await _reject(ws, ErrorCode.UNAVAILABLE, f"the server cannot record the Flows: {exc}")

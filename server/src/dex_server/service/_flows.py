@@ -26,8 +26,12 @@ from dex._protocol import (
 
 from dex_server.engine import (
     InvalidDecisionError,
+    InvalidSpecError,
     LiveExecution,
     NewExecution,
+    UndeclaredStateError,
+    check_attribute_names,
+    check_spec,
     plan_movements,
     plan_step_cancellation,
 )
@@ -54,7 +58,7 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.service._steps import apply_effects, check_result_limits
+from dex_server.service._steps import apply_effects, check_result_limits, check_result_names
 from dex_server.service._tasks import build_rpc_task
 from dex_server.store import FlowRecord, StoredValue, Tx
 
@@ -81,10 +85,10 @@ def resolve_spec(tx: Tx, specs: Specs, flow_type: str, spec: FlowSpec) -> SpecIn
         if idx is None:
             raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
         return idx
-    if spec.start_step is not None and spec.start_step not in {s.step_type for s in spec.steps}:
-        raise ServiceError(
-            ErrorCode.BAD_REQUEST, f"start Step {spec.start_step!r} is not a Step of the Flow"
-        )
+    try:
+        check_spec(spec)
+    except InvalidSpecError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
     return specs.index(spec)
 
 
@@ -109,6 +113,12 @@ def start_flow(
     for a in req.initial_attributes:
         limits.check_value(bytes(a.value), f"initial Attribute {a.name!r}")
     idx = resolve_spec(tx, specs, req.flow_type, req.spec)
+    try:
+        check_attribute_names(
+            idx.state_names, (a.name for a in req.initial_attributes), "the start"
+        )
+    except UndeclaredStateError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=req.flow_id) from None
     flow = FlowRecord(
         run_id=new_uuid7(),
         flow_id=req.flow_id,
@@ -427,6 +437,10 @@ def rpc_commit(
     if flow.commit_hold is not None and flow.commit_hold != holder:
         raise _locks.CommitHeldError(flow.commit_hold)
     idx = specs.of_run(tx, flow)
+    try:
+        check_result_names(idx, result, f"RPC {req.rpc_name!r}")
+    except UndeclaredStateError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
     check_result_limits(tx, limits, flow, result)
     if transactional:
         for d in result.channel_deletes:

@@ -32,6 +32,7 @@ from dex_server.dispatch import (
     StreamHub,
     WorkerConn,
 )
+from dex_server.engine import InvalidSpecError, check_spec
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
@@ -327,7 +328,17 @@ class Runtime:
 
         Runs keep the version they started with, so a Worker of another code version
         changes only what new starts without a spec of their own run with.
+
+        Raises:
+            ServiceError: BAD_REQUEST for a spec an HTTP start would refuse too (nothing
+                is stored then).
+
         """
+        for spec in flows:
+            try:
+                check_spec(spec)
+            except InvalidSpecError as exc:
+                raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
         now = time.time()
         indexes = [self.specs.index(spec) for spec in flows]
 
