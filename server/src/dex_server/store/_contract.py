@@ -255,6 +255,13 @@ class StoreUnavailableError(Exception):
     """The database cannot be reached (or a commit's outcome is unknown); retry later."""
 
 
+class StoreNotWritableError(StoreUnavailableError):
+    """The store cannot be opened or written (a read-only file or folder, say).
+
+    No server can run on it until that is fixed; raised before the server listens.
+    """
+
+
 class Store(Protocol):
     """A durable store: jobs (``Callable[[Tx], T]``) run in transactions, in groups.
 
