@@ -400,6 +400,66 @@ def rpc_snapshot(
     return flow, task, transactional, locks, timeout
 
 
+# a client's idempotency key for one RPC invocation (a UUID is 36 bytes)
+MAX_RPC_REQUEST_ID_BYTES = 256
+
+
+class RpcAlreadyDoneError(Exception):
+    """An invocation with the same ``request_id`` already committed; ``output`` is its own."""
+
+    def __init__(self, output: bytes | None) -> None:
+        super().__init__("the RPC invocation was already committed")
+        self.output = output
+
+
+def check_rpc_request_id(request_id: str) -> None:
+    """Refuse a ``request_id`` over ``MAX_RPC_REQUEST_ID_BYTES`` or holding a NUL character.
+
+    Raises:
+        ServiceError: BAD_REQUEST.
+
+    """
+    size = len(request_id.encode())
+    if size > MAX_RPC_REQUEST_ID_BYTES:
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST,
+            f"request_id is {size} bytes, over the limit of {MAX_RPC_REQUEST_ID_BYTES}",
+        )
+    if "\x00" in request_id:
+        raise ServiceError(ErrorCode.BAD_REQUEST, "request_id must not hold a NUL character")
+
+
+def rpc_recorded(tx: Tx, flow_id: str, req: InvokeRpcRequest) -> tuple[bytes | None] | None:
+    """``(output,)`` of the invocation of ``req.request_id`` the run recorded, if any."""
+    flow = tx.flows.get(req.run_id) if req.run_id else tx.flows.latest(flow_id)
+    if flow is None or flow.flow_id != flow_id:
+        return None
+    return tx.rpc_requests.get(flow.run_id, req.request_id)
+
+
+def record_rpc(
+    tx: Tx, run_id: str, request_id: str, output: bytes | None, now: float
+) -> bytes | None:
+    """Record the output of an RPC without effects; return the run's recorded output.
+
+    The first invocation of a ``request_id`` wins: a concurrent duplicate gets its output.
+    """
+    if tx.flows.get(run_id) is None:  # swept meanwhile: nothing to record it for
+        return output
+    if tx.rpc_requests.add(run_id, request_id, output, now):
+        return output
+    found = tx.rpc_requests.get(run_id, request_id)
+    return found[0] if found is not None else output
+
+
+def rpc_output_bytes(result: TaskResult) -> bytes | None:
+    """The RPC's output as recorded: its JSON, ``None`` for none (or ``null``)."""
+    if result.rpc_output is None:
+        return None
+    data = bytes(result.rpc_output)
+    return None if data == b"null" else data
+
+
 def has_effects(r: TaskResult) -> bool:
     return bool(
         r.attribute_writes
@@ -424,12 +484,20 @@ def rpc_commit(
 ) -> Effects:
     """Commit an RPC's effects; ``holder`` is the commit hold of a transactional RPC.
 
+    With a ``req.request_id`` the commit also records the invocation's output, so that a
+    retry returns it; a duplicate that reaches this point second applies nothing.
+
     Raises:
         CommitHeldError: another transactional RPC holds the run (commit after it).
+        RpcAlreadyDoneError: an invocation with the same ``request_id`` committed first.
 
     """
     eff = Effects()
     flow = tx.flows.get(run_id)
+    if req.request_id and flow is not None:
+        found = tx.rpc_requests.get(run_id, req.request_id)
+        if found is not None:
+            raise RpcAlreadyDoneError(found[0])
     if flow is None or flow.status != "running":
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, "the Flow is not running; the RPC's effects were not applied"
@@ -493,6 +561,8 @@ def rpc_commit(
         hist.rpc_completed(rpc_name=req.rpc_name, input=req.input, output=output),
         now,
     )
+    if req.request_id:
+        tx.rpc_requests.add(run_id, req.request_id, rpc_output_bytes(result), now)
     if published:
         run_matching(tx, flow, now, eff)
     check_graceful(tx, limits, flow, now, eff)
@@ -521,6 +591,7 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[tuple[str, str]]:
         tx.executions.delete_run(run_id)
         tx.timers.delete_run(run_id)
         tx.locks.release_run(run_id)
+        tx.rpc_requests.delete_run(run_id)
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
         tx.flows.delete(run_id)

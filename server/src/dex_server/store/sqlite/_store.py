@@ -29,6 +29,7 @@ from dex_server.store.sqlite._repos import (
     SqliteExecutions,
     SqliteFlows,
     SqliteHistory,
+    SqliteRpcRequests,
     SqliteSpecs,
     SqliteState,
     SqliteTimers,
@@ -497,6 +498,7 @@ def _repos(conn: sqlite3.Connection, server_id: str) -> Tx:
         servers=SqliteServers(conn, server_id),
         signals=SqliteSignals(),
         rpc_calls=SqliteRpcCalls(conn, server_id),
+        rpc_requests=SqliteRpcRequests(conn),
         locks=SqliteLocks(conn, server_id),
         streams=SqliteStreams(conn),
     )
