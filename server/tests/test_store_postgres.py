@@ -63,6 +63,7 @@ def test_concurrent_migrations_apply_once(db_url: str) -> None:
             (4,),
             (5,),
             (6,),
+            (7,),
         ]
 
 
