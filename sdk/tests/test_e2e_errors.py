@@ -17,10 +17,12 @@ from dex._codec import codec_for
 from dex._protocol import (
     MAX_FLOW_ID_BYTES,
     ApiError,
+    FlowSpec,
     InvokeRpcRequest,
     Register,
     RegisterRejected,
     StartFlowRequest,
+    encoder,
     server_frame_decoder,
 )
 from dex._spec import flow_spec
@@ -40,7 +42,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.e2e_flows import error_flows, rpc_flows, step_flows
-from tests.e2e_flows.harness import Stack, e2e_stack, history, unique_id
+from tests.e2e_flows.harness import Stack, e2e_stack, history, payload, unique_id
 from tests.e2e_flows.step_flows import Trace
 from tests.support import async_wait_until
 
@@ -365,3 +367,30 @@ async def _worker_rejected(address: str, token: str | None) -> bool:
         return exc.response.status_code in (401, 403)
     except ConnectionClosed:
         return True
+
+
+async def test_a_start_without_its_input_fails_at_once(stack: Stack) -> None:
+    """A raw start of an int Step without input: the attempt cannot map it, and no retry
+    could, so the Flow fails at once instead of retrying under the default policy."""
+    flow_id = unique_id("no-input")
+    body = StartFlowRequest(flow_type="Typed", flow_id=flow_id, spec=FlowSpec(flow_type="Typed"))
+    async with httpx.AsyncClient(base_url=stack.server.url) as http:
+        response = await http.post("/v1/flows", content=encoder.encode(body))
+        assert response.status_code == 200, response.text
+    result = await stack.client.wait_for_flow(flow_id, timeout=20)
+    assert result.status is FlowStatus.FAILED
+    assert "ValueMappingError" in (result.error_message or "")
+    assert "Counted-1 execute failed" in (result.error_message or "")
+    failed = [e for e in await history(stack.client, flow_id) if e.type == "StepExecuteFailed"]
+    assert [payload(e)["output"]["failure"]["attempt"] for e in failed] == [1]
+
+
+async def test_a_movement_input_of_the_wrong_type_fails_at_once(stack: Stack) -> None:
+    flow_id = unique_id("mistyped-move")
+    await stack.client.start_flow(error_flows.MISTYPED_MOVE, flow_id, "seven")
+    result = await stack.client.wait_for_flow(flow_id, timeout=20)
+    assert result.status is FlowStatus.FAILED
+    assert "ValueMappingError" in (result.error_message or "")
+    assert "Mistype-1 execute failed" in (result.error_message or "")
+    failed = [e for e in await history(stack.client, flow_id) if e.type == "StepExecuteFailed"]
+    assert [payload(e)["output"]["failure"]["attempt"] for e in failed] == [1]

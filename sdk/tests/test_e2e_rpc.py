@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from dex import FlowStatus
+from dex import Client, ClientOptions, FlowStatus
 from dex.errors import (
     FlowNotActiveOrNotFoundError,
     LongPollTimeoutError,
@@ -24,6 +24,7 @@ from tests.e2e_flows.harness import (
     e2e_stack,
     history,
     payload,
+    registry,
     unique_id,
     wait_for_phase,
 )
@@ -254,3 +255,26 @@ async def test_for_n_with_concurrent_publishers_consumes_each_message_once_fifo(
         assert [n.seq for n in seen if n.publisher == p] == list(range(per_publisher))
     events = await history(stack.client, flow_id)
     assert [e.type for e in events].count("StepExecuteCompleted") == total // 5
+
+
+async def test_an_rpc_retried_with_its_request_id_applies_once(stack: Stack) -> None:
+    flow_id = unique_id("rpc-once")
+    await stack.client.start_flow(RPC_FLOW, flow_id)
+    await wait_for_phase(stack.client, flow_id, "Idle", "waiting")
+    client = stack.client
+    assert await client.invoke_rpc(RPC_FLOW.hit, flow_id, "a", request_id="hit-1") == 1
+    # the retry of a call whose answer was lost: the first output, nothing applied again
+    assert await client.invoke_rpc(RPC_FLOW.hit, flow_id, "a", request_id="hit-1") == 1
+    assert await client.invoke_rpc(RPC_FLOW.async_read, flow_id) == 1
+    assert await client.invoke_rpc(RPC_FLOW.hit, flow_id, "b", request_id="hit-2") == 2
+
+    def sync_calls() -> tuple[int, int]:
+        options = ClientOptions(server_address=stack.server.address)
+        with Client(registry(), options=options) as sync:
+            again = sync.invoke_rpc(RPC_FLOW.hit, flow_id, "b", request_id="hit-2")
+            fresh = sync.invoke_rpc(RPC_FLOW.hit, flow_id, "c", request_id="hit-3")
+            return again, fresh
+
+    assert await asyncio.to_thread(sync_calls) == (2, 3)
+    assert await client.invoke_rpc(RPC_FLOW.async_read, flow_id) == 3
+    await client.stop_flow(flow_id)

@@ -7,14 +7,24 @@ from dex._protocol import (
     DecisionSpec,
     ErrorCode,
     ErrorInfo,
+    FlowSpec,
     Movement,
     RetryPolicySpec,
+    RpcSpec,
+    StateDecl,
+    StepSpec,
     WaitSpec,
 )
 from dex_server.engine import (
     InvalidDecisionError,
+    InvalidSpecError,
     LiveExecution,
+    StateNames,
+    UndeclaredStateError,
     WaitingExecution,
+    check_attribute_names,
+    check_channel_names,
+    check_spec,
     decide_retry,
     expired,
     match_waits,
@@ -192,3 +202,54 @@ def test_flow_id_limit_counts_utf8_bytes_and_names_the_limit() -> None:
     with pytest.raises(ServiceError, match="flow_id must not be empty") as empty:
         limits.check_flow_id("")
     assert empty.value.code == ErrorCode.BAD_REQUEST
+
+
+_SCHEMA = FlowSpec(
+    flow_type="F",
+    start_step="A",
+    steps=[StepSpec(step_type="A")],
+    state=[
+        StateDecl(name="a", kind="attribute"),
+        StateDecl(name="m", kind="attribute_map"),
+        StateDecl(name="c", kind="channel"),
+        StateDecl(name="cm", kind="channel_map"),
+        StateDecl(name="s", kind="stream"),
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        FlowSpec(flow_type="F", start_step="B", steps=[StepSpec(step_type="A")]),
+        FlowSpec(flow_type="F", steps=[StepSpec(step_type="")]),
+        FlowSpec(flow_type="F", steps=[StepSpec(step_type="A"), StepSpec(step_type="A")]),
+        FlowSpec(flow_type="F", rpcs=[RpcSpec(name="r"), RpcSpec(name="r")]),
+        FlowSpec(flow_type="F", state=[StateDecl(name="a/b", kind="attribute")]),
+        FlowSpec(
+            flow_type="F",
+            state=[StateDecl(name="x", kind="attribute"), StateDecl(name="x", kind="channel")],
+        ),
+        FlowSpec(flow_type=""),
+    ],
+)
+def test_check_spec_refuses_names_that_do_not_hold_together(spec: FlowSpec) -> None:
+    with pytest.raises(InvalidSpecError):
+        check_spec(spec)
+
+
+def test_check_spec_accepts_a_sound_spec() -> None:
+    check_spec(_SCHEMA)
+    check_spec(FlowSpec(flow_type="F", steps=[StepSpec(step_type="A")]))  # RPC-driven
+
+
+def test_state_names_are_checked_against_the_schema_by_kind() -> None:
+    names = StateNames.of(_SCHEMA)
+    check_attribute_names(names, ["a", "m/k", "m/a%2Fb"], "x")
+    check_channel_names(names, ["c", "cm/k"], "x")
+    for bad in ["", "b", "c", "m", "m/", "a/k", "s", "cm/k"]:
+        with pytest.raises(UndeclaredStateError):
+            check_attribute_names(names, [bad], "x")
+    for bad in ["", "a", "cm", "cm/", "m/k", "s"]:
+        with pytest.raises(UndeclaredStateError):
+            check_channel_names(names, [bad], "x")

@@ -8,10 +8,12 @@ open, and the task is not delivered again at the same attempt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 import httpx
+import websockets
 from dex._protocol import (
     DecisionSpec,
     FlowSpec,
@@ -116,3 +118,48 @@ async def test_a_durable_heartbeat_for_an_unknown_task_gets_an_error(tmp_path: P
             await asyncio.sleep(0.02)
         ack = next(f for f in w.frames if isinstance(f, HeartbeatAck))
         assert (ack.task_id, ack.seq, ack.error_code) == ("no-such-task", 7, "FLOW_NOT_ACTIVE")
+
+
+DEFAULT_RETRY = FlowSpec(flow_type="Frames", start_step="A", steps=[StepSpec(step_type="A")])
+
+
+async def test_a_result_with_an_unknown_decision_kind_fails_at_once(tmp_path: Path) -> None:
+    # the default retry policy: a frame that cannot be read would come back the same way
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [DEFAULT_RETRY], silent) as w,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        body = StartFlowRequest(flow_type="Frames", flow_id="explode", spec=DEFAULT_RETRY)
+        assert (await http.post("/v1/flows", content=encoder.encode(body))).status_code == 200
+        task = await first_task(w)
+        decision = {"kind": "explode"}
+        bad = {"type": "result", "result": {"task_id": task.task_id, "decision": decision}}
+        await w.send_raw(encoder.encode(bad))
+        res = await result_of(http, "explode")
+        assert res["status"] == "failed", res
+        assert "BAD_REQUEST" in str(res["error_message"]), res
+        assert "explode" in str(res["error_message"]), res
+        assert len(w.tasks) == 1  # failed once, not retried
+
+
+async def test_garbage_frames_are_logged_a_few_times_then_the_connection_closes(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [SPEC], silent) as w,
+    ):
+        assert w.ws is not None
+        sent = 0
+        with contextlib.suppress(websockets.ConnectionClosed):
+            for _ in range(1000):
+                await w.ws.send("not a frame {")
+                sent += 1
+        deadline = time.monotonic() + 20
+        while w.ws.close_code is None:
+            assert time.monotonic() < deadline, "the connection stayed open"
+            await asyncio.sleep(0.02)
+        assert w.ws.close_code == 1008
+        log = (srv.directory / "server.log").read_text()
+        assert 0 < log.count("refused a unreadable frame") <= 20, log[-2000:]

@@ -9,10 +9,11 @@ never escape: they become ``TaskResult.error``. ``asyncio.CancelledError`` propa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -24,7 +25,13 @@ from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput
-from dex.errors import DexError, FeatureNotAvailableError, InvalidStepResultError, RetryAfterError
+from dex.errors import (
+    DexError,
+    FeatureNotAvailableError,
+    InvalidStepResultError,
+    RetryAfterError,
+    ValueMappingError,
+)
 
 __all__ = ["StateReader", "TaskIO", "error_info", "invoke"]
 
@@ -106,8 +113,33 @@ async def invoke(
         return await _invoke(registry, task, io, executor)
     except asyncio.CancelledError:
         raise
+    except _Deterministic as exc:
+        error = error_info(exc.cause)
+        error.non_retryable = True
+        return TaskResult(task_id=task.task_id, error=error)
     except Exception as exc:
         return TaskResult(task_id=task.task_id, error=error_info(exc))
+
+
+class _Deterministic(Exception):
+    """A value that does not map to its type, outside the handler: every retry repeats it.
+
+    The task's input does not match the Step's input type (a raw start without input, a
+    movement from another code version), or the handler's result holds a value that does
+    not match its target's type. The attempt fails at once instead of retrying for hours.
+    """
+
+    def __init__(self, cause: ValueMappingError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@contextlib.contextmanager
+def _deterministic() -> Iterator[None]:
+    try:
+        yield
+    except ValueMappingError as exc:
+        raise _Deterministic(exc) from exc
 
 
 def _input(data: Raw | None) -> bytes:
@@ -126,7 +158,8 @@ async def _invoke(
     se = entry.steps.get(task.step_type or "")
     if se is None:
         raise DexError(f"Step type {task.step_type!r} is not in Flow {task.flow_type!r}")
-    value = se.input_codec.decode(_input(task.input))
+    with _deterministic():
+        value = se.input_codec.decode(_input(task.input))
     inv = _Invocation(
         task,
         task.kind,
@@ -139,9 +172,13 @@ async def _invoke(
         if se.wait_for_kind is None:
             raise DexError(f"Step {se.step_type} has no wait_for")
         result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,), executor)
-        return _result(inv, wait=wait_spec(result, entry, se.step_type))
+        with _deterministic():
+            wait = wait_spec(result, entry, se.step_type)
+        return _result(inv, wait=wait)
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
-    return _result(inv, decision=decision_spec(result, entry, se.step_type))
+    with _deterministic():
+        decision = decision_spec(result, entry, se.step_type)
+    return _result(inv, decision=decision)
 
 
 async def _invoke_rpc(

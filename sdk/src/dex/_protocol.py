@@ -430,6 +430,8 @@ class InvokeRpcRequest(Struct, kw_only=True, omit_defaults=True):
     timeout_s: float | None = None
     extra_loads: LoadSpec | None = None
     extra_locks: list[str] = []
+    # idempotency key: a second invocation with it returns the first one's output
+    request_id: str = ""
 
 
 class InvokeRpcResponse(Struct, kw_only=True, omit_defaults=True):

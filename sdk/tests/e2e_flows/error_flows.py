@@ -78,6 +78,34 @@ class Keeper(Flow[str]):
         BLOB.set(context, "touched")
 
 
+class Counted(Step[int]):
+    """Takes an int; a start without input, or a movement with a string, cannot run it."""
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input + 1)
+
+
+class Typed(Flow[int]):
+    """Starts at ``Counted``, under the default retry policy."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Counted())
+
+
+class Mistype(Step[str]):
+    """Moves to ``Counted`` with its string input: the int Step cannot take it."""
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return StepDecision.go_to(Counted, input)
+
+
+class MistypedMove(Flow[str]):
+    """``Mistype`` then ``Counted``, under the default retry policy."""
+
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Mistype()).other_steps(Counted())
+
+
 class NotRegistered(Flow[int]):
     """A Flow no Registry holds."""
 
@@ -121,6 +149,8 @@ class RetryLater(Flow[str]):
 
 STRAY_DECISION = StrayDecision()
 KEEPER = Keeper()
+TYPED = Typed()
+MISTYPED_MOVE = MistypedMove()
 NOT_REGISTERED = NotRegistered()
 RETRY_LATER = RetryLater()
-FLOWS: list[Flow[Any]] = [STRAY_DECISION, KEEPER, RETRY_LATER]
+FLOWS: list[Flow[Any]] = [STRAY_DECISION, KEEPER, TYPED, MISTYPED_MOVE, RETRY_LATER]

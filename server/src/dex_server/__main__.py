@@ -131,12 +131,12 @@ def _shift_clock() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run a server configured from ``argv`` until SIGINT/SIGTERM."""
-    from dex_server.store import DataFolderInUseError
+    from dex_server.store import DataFolderInUseError, SchemaBehindError, StoreUnavailableError
 
     _shift_clock()
     try:
         run_server(config_from_args(argv))
-    except DataFolderInUseError as exc:
+    except (DataFolderInUseError, StoreUnavailableError, SchemaBehindError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

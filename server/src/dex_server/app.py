@@ -235,6 +235,7 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     Raises:
         DataFolderInUseError: another server uses the SQLite store's data folder.
         StoreUnavailableError: the PostgreSQL database cannot be reached.
+        StoreNotWritableError: the SQLite store cannot be opened or written.
         SchemaBehindError: ``verify_schema_only`` and the schema is behind.
         OSError: the address cannot be bound.
 
@@ -245,17 +246,18 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     logging.basicConfig(level=config.log_level.upper())
     from dex_server.store import prepare_database
 
-    # fail before listening, with a clear error, when the database is unusable
-    await asyncio.to_thread(
-        prepare_database,
-        database_url=config.database_url,
-        verify_only=config.verify_schema_only,
-    )
     app = build_app(config)
     # one server per SQLite folder: refuse before listening or touching the database
     store = app.state.runtime.store
     store.acquire()
     try:
+        # fail before listening, with a clear error, when the database is unusable
+        await asyncio.to_thread(
+            prepare_database,
+            database_url=config.database_url,
+            verify_only=config.verify_schema_only,
+            store=store,
+        )
         await _serve_app(config, app, ready)
     finally:
         store.release()

@@ -362,6 +362,7 @@ class AsyncClient:
         *,
         run_id: str = "",
         options: RPCInvokeOptions = RPCInvokeOptions(),  # noqa: B008
+        request_id: str | None = None,
     ) -> Any:
         """Invoke an RPC of a Flow (``client.invoke_rpc(flow.my_rpc, flow_id, input)``).
 
@@ -369,6 +370,14 @@ class AsyncClient:
         holds. Returns the decoded output (None for an RPC without output). ``input=None``
         is sent as null whatever the input type; the Worker's decoder decides whether the
         RPC accepts it.
+
+        ``request_id`` (default ``None``: none) makes the invocation idempotent within the
+        Flow's run: the server records the first invocation with it that succeeds, with its
+        effects, and answers any later or concurrent one with the same ``request_id`` with
+        that first output, without running the RPC or applying its effects again. Pass the
+        same value (a UUID, at most 256 bytes) when retrying after a timeout, a lost
+        connection or a crash, when you cannot tell whether the first call committed. A
+        call that failed is not recorded: its retry runs the RPC.
 
         Raises:
             FlowDefinitionError: ``rpc_method`` is not an RPC of the registered instance.
@@ -395,6 +404,7 @@ class AsyncClient:
             timeout_s=timeout_s,
             extra_loads=extra,
             extra_locks=locks,
+            request_id=request_id or "",
         )
         http_timeout = (timeout_s if timeout_s is not None else rpc.timeout_s) + _LONG_POLL_SLACK_S
         response = await self._http.call(

@@ -193,10 +193,13 @@ class Client:
         *,
         run_id: str = "",
         options: RPCInvokeOptions = RPCInvokeOptions(),  # noqa: B008
+        request_id: str | None = None,
     ) -> Any:
-        """Invoke an RPC; see ``AsyncClient.invoke_rpc``."""
+        """Invoke an RPC; see ``AsyncClient.invoke_rpc`` (``request_id``: idempotency key)."""
         return self._call(
-            self._async.invoke_rpc(rpc_method, flow_id, input, run_id=run_id, options=options)
+            self._async.invoke_rpc(
+                rpc_method, flow_id, input, run_id=run_id, options=options, request_id=request_id
+            )
         )
 
     def write_stream(self, flow_id: str, stream: Any, source: str, value: Any) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -26,6 +28,7 @@ from dex._protocol import (
     StateValues,
     StreamWrite,
     TaskResult,
+    WorkerFrame,
     encoder,
     worker_frame_decoder,
 )
@@ -39,6 +42,10 @@ from dex_server.service._reads import read_state
 log = logging.getLogger("dex_server.worker")
 
 _MAX_INSTANCE_ID = 200
+# a Worker that sends this many frames the server cannot read within the window is broken
+# (or hostile): the server closes its connection instead of logging every frame
+MAX_BAD_FRAMES = 10
+BAD_FRAME_WINDOW_S = 60.0
 
 
 def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
@@ -87,6 +94,9 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             return
         try:
             await runtime.register_specs(first.flows)
+        except ServiceError as exc:
+            await _reject(ws, exc.code, exc.message)
+            return
         except Exception as exc:  # the store is away or refused: the Worker tries again later
             log.warning("registering worker %s failed: %s", first.app_worker_id, exc)
             await _reject(ws, ErrorCode.UNAVAILABLE, f"the server cannot record the Flows: {exc}")
@@ -152,6 +162,7 @@ async def _send_loop(ws: WebSocket, conn: WorkerConn) -> None:
 
 async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> None:
     limit = runtime.config.max_worker_frame_bytes
+    bad = _BadFrames()
     while True:
         msg = await ws.receive()
         if msg["type"] == "websocket.disconnect":
@@ -175,37 +186,67 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
             _refuse_frame(
                 runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {exc}"
             )
+            if bad.too_many():
+                log.warning(
+                    "closing the connection of worker %s: %d unreadable frames within %gs",
+                    conn.app_worker_id,
+                    MAX_BAD_FRAMES,
+                    BAD_FRAME_WINDOW_S,
+                )
+                with contextlib.suppress(Exception):
+                    await ws.close(code=1008, reason="too many unreadable frames")
+                return
             continue
-        if isinstance(frame, ResultFrame):
-            runtime.on_result(conn, frame.result)
-        elif isinstance(frame, Heartbeat):
-            inflight = runtime.dispatcher.get(conn, frame.task_id)
-            if inflight is not None and frame.has_value:
-                inflight.heartbeat_value = frame.value
-            if frame.durable:  # answered even for an unknown task: the Worker waits
-                runtime._spawn(
-                    runtime.durable_heartbeat(
-                        conn, frame.task_id, frame.seq, frame.value if frame.has_value else None
-                    )
+        _handle(frame, conn, runtime)
+
+
+def _handle(frame: WorkerFrame, conn: WorkerConn, runtime: Runtime) -> None:
+    """Act on one decoded frame of a registered Worker."""
+    if isinstance(frame, ResultFrame):
+        runtime.on_result(conn, frame.result)
+    elif isinstance(frame, Heartbeat):
+        inflight = runtime.dispatcher.get(conn, frame.task_id)
+        if inflight is not None and frame.has_value:
+            inflight.heartbeat_value = frame.value
+        if frame.durable:  # answered even for an unknown task: the Worker waits
+            runtime._spawn(
+                runtime.durable_heartbeat(
+                    conn, frame.task_id, frame.seq, frame.value if frame.has_value else None
                 )
-        elif isinstance(frame, StreamWrite):
-            inflight = runtime.dispatcher.get(conn, frame.task_id)
-            if inflight is None or inflight.env.execution_id is None:
-                continue
-            try:
-                runtime.stream_write(
-                    inflight.env.flow_type,
-                    frame.stream,
-                    inflight.env.task.flow_id if inflight.env.task is not None else "",
-                    bytes(frame.value),
-                    f"#{inflight.env.execution_id}",
-                )
-            except ServiceError as exc:
-                log.info("stream write dropped: %s", exc.message)
-        elif isinstance(frame, ReadState):
-            runtime._spawn(read_state(runtime, conn, frame))
-        elif isinstance(frame, Reject):
-            runtime.dispatcher.reject(conn, frame.task_id)
+            )
+    elif isinstance(frame, StreamWrite):
+        inflight = runtime.dispatcher.get(conn, frame.task_id)
+        if inflight is None or inflight.env.execution_id is None:
+            return
+        try:
+            runtime.stream_write(
+                inflight.env.flow_type,
+                frame.stream,
+                inflight.env.task.flow_id if inflight.env.task is not None else "",
+                bytes(frame.value),
+                f"#{inflight.env.execution_id}",
+            )
+        except ServiceError as exc:
+            log.info("stream write dropped: %s", exc.message)
+    elif isinstance(frame, ReadState):
+        runtime._spawn(read_state(runtime, conn, frame))
+    elif isinstance(frame, Reject):
+        runtime.dispatcher.reject(conn, frame.task_id)
+
+
+class _BadFrames:
+    """When a connection's unreadable frames came in, over the last window."""
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque()
+
+    def too_many(self) -> bool:
+        """Count one more; whether the window now holds ``MAX_BAD_FRAMES``."""
+        now = time.monotonic()
+        self._times.append(now)
+        while self._times[0] < now - BAD_FRAME_WINDOW_S:
+            self._times.popleft()
+        return len(self._times) >= MAX_BAD_FRAMES
 
 
 class _ResultHead(msgspec.Struct):
@@ -245,8 +286,9 @@ def _refuse_frame(
 ) -> None:
     """Answer a frame the server cannot take with an error for its task, when it names one.
 
-    A result fails its attempt with ``code`` (no redelivery: the same frame would come back),
-    a durable heartbeat or a state read gets an error answer; anything else is only logged.
+    A result fails its attempt with ``code``, for good: neither a redelivery nor a retry
+    would help, the Worker would send the same frame again. A durable heartbeat or a state
+    read gets an error answer; anything else is only logged.
     """
     head = _head(data)
     task_id = head.task_id or (head.result.task_id if head.result is not None else "")
@@ -261,9 +303,7 @@ def _refuse_frame(
         return
     if head.type in ("result", ""):
         if conn.tasks.get(task_id) is not None:
-            error = ErrorInfo(
-                error_type=code, message=message, non_retryable=code == ErrorCode.LIMIT_EXCEEDED
-            )
+            error = ErrorInfo(error_type=code, message=message, non_retryable=True)
             runtime.on_result(conn, TaskResult(task_id=task_id, error=error))
     elif head.type == "heartbeat" and head.durable:
         conn.send(HeartbeatAck(task_id=task_id, seq=head.seq, error_code=code, error=message))

@@ -18,6 +18,14 @@ from dex_server.engine.decisions import (
 )
 from dex_server.engine.ids import format_execution_id, new_uuid7
 from dex_server.engine.retry import RetryOutcome, decide_retry, retry_delay
+from dex_server.engine.schema import (
+    InvalidSpecError,
+    StateNames,
+    UndeclaredStateError,
+    check_attribute_names,
+    check_channel_names,
+    check_spec,
+)
 from dex_server.engine.timeouts import TimeoutKind, expired
 from dex_server.engine.waits import (
     WaitingExecution,
@@ -31,12 +39,18 @@ __all__ = [
     "CloseRequest",
     "DecisionPlan",
     "InvalidDecisionError",
+    "InvalidSpecError",
     "LiveExecution",
     "NewExecution",
     "RetryOutcome",
+    "StateNames",
     "TimeoutKind",
+    "UndeclaredStateError",
     "WaitMatch",
     "WaitingExecution",
+    "check_attribute_names",
+    "check_channel_names",
+    "check_spec",
     "decide_retry",
     "expired",
     "format_execution_id",

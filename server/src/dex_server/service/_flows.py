@@ -26,8 +26,12 @@ from dex._protocol import (
 
 from dex_server.engine import (
     InvalidDecisionError,
+    InvalidSpecError,
     LiveExecution,
     NewExecution,
+    UndeclaredStateError,
+    check_attribute_names,
+    check_spec,
     plan_movements,
     plan_step_cancellation,
 )
@@ -54,7 +58,7 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.service._steps import apply_effects, check_result_limits
+from dex_server.service._steps import apply_effects, check_result_limits, check_result_names
 from dex_server.service._tasks import build_rpc_task
 from dex_server.store import FlowRecord, StoredValue, Tx
 
@@ -81,10 +85,10 @@ def resolve_spec(tx: Tx, specs: Specs, flow_type: str, spec: FlowSpec) -> SpecIn
         if idx is None:
             raise ServiceError(ErrorCode.UNKNOWN_FLOW_TYPE, f"unknown Flow type {flow_type!r}")
         return idx
-    if spec.start_step is not None and spec.start_step not in {s.step_type for s in spec.steps}:
-        raise ServiceError(
-            ErrorCode.BAD_REQUEST, f"start Step {spec.start_step!r} is not a Step of the Flow"
-        )
+    try:
+        check_spec(spec)
+    except InvalidSpecError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
     return specs.index(spec)
 
 
@@ -109,6 +113,12 @@ def start_flow(
     for a in req.initial_attributes:
         limits.check_value(bytes(a.value), f"initial Attribute {a.name!r}")
     idx = resolve_spec(tx, specs, req.flow_type, req.spec)
+    try:
+        check_attribute_names(
+            idx.state_names, (a.name for a in req.initial_attributes), "the start"
+        )
+    except UndeclaredStateError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=req.flow_id) from None
     flow = FlowRecord(
         run_id=new_uuid7(),
         flow_id=req.flow_id,
@@ -392,6 +402,66 @@ def rpc_snapshot(
     return flow, task, transactional, locks, timeout
 
 
+# a client's idempotency key for one RPC invocation (a UUID is 36 bytes)
+MAX_RPC_REQUEST_ID_BYTES = 256
+
+
+class RpcAlreadyDoneError(Exception):
+    """An invocation with the same ``request_id`` already committed; ``output`` is its own."""
+
+    def __init__(self, output: bytes | None) -> None:
+        super().__init__("the RPC invocation was already committed")
+        self.output = output
+
+
+def check_rpc_request_id(request_id: str) -> None:
+    """Refuse a ``request_id`` over ``MAX_RPC_REQUEST_ID_BYTES`` or holding a NUL character.
+
+    Raises:
+        ServiceError: BAD_REQUEST.
+
+    """
+    size = len(request_id.encode())
+    if size > MAX_RPC_REQUEST_ID_BYTES:
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST,
+            f"request_id is {size} bytes, over the limit of {MAX_RPC_REQUEST_ID_BYTES}",
+        )
+    if "\x00" in request_id:
+        raise ServiceError(ErrorCode.BAD_REQUEST, "request_id must not hold a NUL character")
+
+
+def rpc_recorded(tx: Tx, flow_id: str, req: InvokeRpcRequest) -> tuple[bytes | None] | None:
+    """``(output,)`` of the invocation of ``req.request_id`` the run recorded, if any."""
+    flow = tx.flows.get(req.run_id) if req.run_id else tx.flows.latest(flow_id)
+    if flow is None or flow.flow_id != flow_id:
+        return None
+    return tx.rpc_requests.get(flow.run_id, req.request_id)
+
+
+def record_rpc(
+    tx: Tx, run_id: str, request_id: str, output: bytes | None, now: float
+) -> bytes | None:
+    """Record the output of an RPC without effects; return the run's recorded output.
+
+    The first invocation of a ``request_id`` wins: a concurrent duplicate gets its output.
+    """
+    if tx.flows.get(run_id) is None:  # swept meanwhile: nothing to record it for
+        return output
+    if tx.rpc_requests.add(run_id, request_id, output, now):
+        return output
+    found = tx.rpc_requests.get(run_id, request_id)
+    return found[0] if found is not None else output
+
+
+def rpc_output_bytes(result: TaskResult) -> bytes | None:
+    """The RPC's output as recorded: its JSON, ``None`` for none (or ``null``)."""
+    if result.rpc_output is None:
+        return None
+    data = bytes(result.rpc_output)
+    return None if data == b"null" else data
+
+
 def has_effects(r: TaskResult) -> bool:
     return bool(
         r.attribute_writes
@@ -416,12 +486,20 @@ def rpc_commit(
 ) -> Effects:
     """Commit an RPC's effects; ``holder`` is the commit hold of a transactional RPC.
 
+    With a ``req.request_id`` the commit also records the invocation's output, so that a
+    retry returns it; a duplicate that reaches this point second applies nothing.
+
     Raises:
         CommitHeldError: another transactional RPC holds the run (commit after it).
+        RpcAlreadyDoneError: an invocation with the same ``request_id`` committed first.
 
     """
     eff = Effects()
     flow = tx.flows.get(run_id)
+    if req.request_id and flow is not None:
+        found = tx.rpc_requests.get(run_id, req.request_id)
+        if found is not None:
+            raise RpcAlreadyDoneError(found[0])
     if flow is None or flow.status != "running":
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, "the Flow is not running; the RPC's effects were not applied"
@@ -429,6 +507,10 @@ def rpc_commit(
     if flow.commit_hold is not None and flow.commit_hold != holder:
         raise _locks.CommitHeldError(flow.commit_hold)
     idx = specs.of_run(tx, flow)
+    try:
+        check_result_names(idx, result, f"RPC {req.rpc_name!r}")
+    except UndeclaredStateError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
     check_result_limits(tx, limits, flow, result)
     if transactional:
         for d in result.channel_deletes:
@@ -481,6 +563,8 @@ def rpc_commit(
         hist.rpc_completed(rpc_name=req.rpc_name, input=req.input, output=output),
         now,
     )
+    if req.request_id:
+        tx.rpc_requests.add(run_id, req.request_id, rpc_output_bytes(result), now)
     if published:
         run_matching(tx, flow, now, eff)
     check_graceful(tx, limits, flow, now, eff)
@@ -509,6 +593,7 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[tuple[str, str]]:
         tx.executions.delete_run(run_id)
         tx.timers.delete_run(run_id)
         tx.locks.release_run(run_id)
+        tx.rpc_requests.delete_run(run_id)
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
         tx.flows.delete(run_id)

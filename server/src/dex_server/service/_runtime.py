@@ -32,7 +32,7 @@ from dex_server.dispatch import (
     StreamHub,
     WorkerConn,
 )
-from dex_server.engine import features
+from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
@@ -328,7 +328,17 @@ class Runtime:
 
         Runs keep the version they started with, so a Worker of another code version
         changes only what new starts without a spec of their own run with.
+
+        Raises:
+            ServiceError: BAD_REQUEST for a spec an HTTP start would refuse too (nothing
+                is stored then).
+
         """
+        for spec in flows:
+            try:
+                check_spec(spec)
+            except InvalidSpecError as exc:
+                raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
         now = time.time()
         indexes = [self.specs.index(spec) for spec in flows]
 
@@ -592,6 +602,33 @@ class Runtime:
             del self._rpc_gates[run_id]
 
     async def invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> msgspec.Raw | None:
+        """Run an RPC on a Worker and commit its effects; return its output.
+
+        With ``req.request_id`` the invocation is idempotent per run: the first one that
+        succeeds is recorded with its effects, and any later (or concurrent) invocation
+        with the same ``request_id`` returns that output without running or applying
+        anything again. A failed invocation is not recorded.
+        """
+        if req.request_id:
+            _flows.check_rpc_request_id(req.request_id)
+            found = await self.store.run(lambda tx: _flows.rpc_recorded(tx, flow_id, req))
+            if found is not None:
+                return _raw_output(found[0])
+        try:
+            result, run_id = await self._invoke_rpc(flow_id, req)
+        except _flows.RpcAlreadyDoneError as done:
+            return _raw_output(done.output)
+        if req.request_id and not _flows.has_effects(result):
+            # nothing was committed: record the output alone (the first one recorded wins)
+            request_id, output = req.request_id, _flows.rpc_output_bytes(result)
+            recorded = await self.store.run(
+                lambda tx: _flows.record_rpc(tx, run_id, request_id, output, time.time())
+            )
+            return _raw_output(recorded)
+        return result.rpc_output
+
+    async def _invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> tuple[TaskResult, str]:
+        """Run the RPC and commit its effects (with its request_id, if any); its result."""
         flow, task, transactional, locks, timeout = await self.store.run(
             lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
         )
@@ -680,7 +717,7 @@ class Runtime:
                 # a plain RPC's effects wait for a transactional RPC holding the run
                 eff = await (self.store.run(commit) if gated else self.after_holds(run_id, commit))
                 self.apply(eff)
-            return result.rpc_output
+            return result, run_id
         finally:
             try:
                 if in_store and holder is not None:
@@ -875,6 +912,10 @@ class Runtime:
                 self.health.ok()
                 outage.ok()
             await asyncio.sleep(_PROBE_EVERY_S)
+
+
+def _raw_output(output: bytes | None) -> msgspec.Raw | None:
+    return msgspec.Raw(output) if output is not None else None
 
 
 def _probe(tx: Tx) -> None:

@@ -20,6 +20,9 @@ from dex_server.engine import (
     InvalidDecisionError,
     LiveExecution,
     NewExecution,
+    UndeclaredStateError,
+    check_attribute_names,
+    check_channel_names,
     decide_retry,
     plan_decision,
     resolve_timers,
@@ -27,7 +30,15 @@ from dex_server.engine import (
 from dex_server.engine import history as hist
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _locks
-from dex_server.service._common import Effects, LimitError, Limits, ServiceError, Specs, store_value
+from dex_server.service._common import (
+    Effects,
+    LimitError,
+    Limits,
+    ServiceError,
+    SpecIndex,
+    Specs,
+    store_value,
+)
 from dex_server.service._flowops import (
     append_history,
     cancel_execs,
@@ -144,6 +155,23 @@ def check_result_limits(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskRe
     return delta
 
 
+def check_result_names(idx: SpecIndex, result: TaskResult, what: str) -> None:
+    """Refuse a result that writes state its Flow type's persistence schema does not declare.
+
+    Raises:
+        UndeclaredStateError: an Attribute write, a publish or a message deletion names an
+            undeclared (or empty) Attribute or Channel.
+
+    """
+    names = idx.state_names
+    check_attribute_names(names, result.attribute_writes, what)
+    check_channel_names(
+        names,
+        [*(p.channel for p in result.publishes), *(d.channel for d in result.channel_deletes)],
+        what,
+    )
+
+
 def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
     """Bytes of a raw value; ``None`` for an absent value or JSON ``null``."""
     if v is None:
@@ -198,6 +226,7 @@ def apply_step_result(
             raise InvalidDecisionError("a wait_for result must carry a Wait")
         if ref.kind == "execute" and result.decision is None:
             raise InvalidDecisionError("an execute result must carry a decision")
+        check_result_names(idx, result, f"{e.execution_id} {ref.kind}")
         check_result_limits(tx, limits, flow, result)
         plan = None
         if result.decision is not None:
@@ -227,12 +256,8 @@ def apply_step_result(
                 step_types=idx.step_types,
                 counters=flow.counters,
             )
-    except (InvalidDecisionError, LimitError) as exc:
-        code = (
-            INVALID_USER_FLOW_CODE
-            if isinstance(exc, InvalidDecisionError)
-            else ErrorCode.LIMIT_EXCEEDED
-        )
+    except (InvalidDecisionError, UndeclaredStateError, LimitError) as exc:
+        code = ErrorCode.LIMIT_EXCEEDED if isinstance(exc, LimitError) else INVALID_USER_FLOW_CODE
         err = ErrorInfo(error_type=code, message=str(exc), non_retryable=True)
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dex_server.store._contract import Store, StoreUnavailableError, Tx
+from dex_server.store._contract import Store, StoreNotWritableError, StoreUnavailableError, Tx
 from dex_server.store._migrations import SchemaBehindError
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
 from dex_server.store.sqlite import DataFolderInUseError, SqliteStore
@@ -17,6 +17,7 @@ __all__ = [
     "SchemaBehindError",
     "SqliteStore",
     "Store",
+    "StoreNotWritableError",
     "StoreUnavailableError",
     "StoredValue",
     "Tx",
@@ -56,17 +57,23 @@ def create_store(
     return SqliteStore(database_path, fsync=fsync, verify_only=verify_only, server_id=server_id)
 
 
-def prepare_database(*, database_url: str | None, verify_only: bool) -> None:
-    """Check a PostgreSQL database before serving: reachable, and migrated (or migrate it).
+def prepare_database(
+    *, database_url: str | None, verify_only: bool, store: Store | None = None
+) -> None:
+    """Check the database before serving: usable, and migrated (or migrate it).
 
-    A no-op for SQLite. Blocking; run it off the event loop.
+    PostgreSQL: reachable. SQLite (``store``, its folder lock held): opened and written
+    once (see :meth:`SqliteStore.check_writable`). Blocking; run it off the event loop.
 
     Raises:
         StoreUnavailableError: the database cannot be reached.
+        StoreNotWritableError: the SQLite store cannot be opened or written.
         SchemaBehindError: ``verify_only`` and the schema lacks migrations.
 
     """
     if database_url is None:
+        if isinstance(store, SqliteStore):
+            store.check_writable()
         return
     import psycopg
 

@@ -187,6 +187,23 @@ class RpcCallsStore(Protocol):
         """Dead servers: their claimed calls go back to the pool, their own calls go."""
 
 
+class RpcRequestsStore(Protocol):
+    """The first outcome of each RPC invocation that carried a ``request_id``, per run.
+
+    Callers hold the run's row lock (``flows.get`` in a writing transaction) around
+    :meth:`add`, so two invocations of one ``request_id`` serialise and the second sees the
+    first's row.
+    """
+
+    def add(self, run_id: str, request_id: str, output: bytes | None, now: float) -> bool:
+        """Record the outcome unless one is recorded; whether this call recorded it."""
+
+    def get(self, run_id: str, request_id: str) -> tuple[bytes | None] | None:
+        """``(output,)`` of the recorded outcome (``None`` output: none), or ``None``."""
+
+    def delete_run(self, run_id: str) -> None: ...
+
+
 class LocksStore(Protocol):
     """Attribute lock keys held in the store, so that several servers see each other's.
 
@@ -244,6 +261,7 @@ class Tx:
     servers: ServersStore
     signals: SignalsStore
     rpc_calls: RpcCallsStore
+    rpc_requests: RpcRequestsStore
     locks: LocksStore
     streams: StreamsStore
 
@@ -253,6 +271,13 @@ T = TypeVar("T")
 
 class StoreUnavailableError(Exception):
     """The database cannot be reached (or a commit's outcome is unknown); retry later."""
+
+
+class StoreNotWritableError(StoreUnavailableError):
+    """The store cannot be opened or written (a read-only file or folder, say).
+
+    No server can run on it until that is fixed; raised before the server listens.
+    """
 
 
 class Store(Protocol):

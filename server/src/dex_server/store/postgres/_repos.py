@@ -424,6 +424,29 @@ class PgHistory(_Repo):
         self.run("DELETE FROM history WHERE run_id=%s", (run_id,))
 
 
+class PgRpcRequests(_Repo):
+    def add(self, run_id: str, request_id: str, output: bytes | None, now: float) -> bool:
+        return bool(
+            self.rows(
+                "INSERT INTO rpc_requests (run_id, request_id, output, created_at)"
+                " VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING RETURNING 1",
+                (run_id, request_id, output, now),
+            )
+        )
+
+    def get(self, run_id: str, request_id: str) -> tuple[bytes | None] | None:
+        row = self.row(
+            "SELECT output FROM rpc_requests WHERE run_id=%s AND request_id=%s",
+            (run_id, request_id),
+        )
+        if row is None:
+            return None
+        return (_b(row[0]) if row[0] is not None else None,)
+
+    def delete_run(self, run_id: str) -> None:
+        self.run("DELETE FROM rpc_requests WHERE run_id=%s", (run_id,))
+
+
 class PgBlobs(_Repo):
     """Blobs shared by every run that stores the same large value, on several servers.
 

@@ -31,6 +31,7 @@ from dex_server.store.postgres._repos import (
     PgExecutions,
     PgFlows,
     PgHistory,
+    PgRpcRequests,
     PgSpecs,
     PgState,
     PgTimers,
@@ -95,6 +96,7 @@ def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
         servers=PgServers(conn, **kw),
         signals=PgSignals(conn, **kw),
         rpc_calls=PgRpcCalls(conn, **kw),
+        rpc_requests=PgRpcRequests(conn, **kw),
         locks=PgLocks(conn, **kw),
         streams=PgStreams(conn, **kw),
     )

@@ -426,6 +426,30 @@ class SqliteHistory:
         self.c.execute("DELETE FROM history WHERE run_id=?", (run_id,))
 
 
+class SqliteRpcRequests:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def add(self, run_id: str, request_id: str, output: bytes | None, now: float) -> bool:
+        cur = self.c.execute(
+            "INSERT INTO rpc_requests (run_id, request_id, output, created_at) VALUES (?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
+            (run_id, request_id, output, now),
+        )
+        return cur.rowcount > 0
+
+    def get(self, run_id: str, request_id: str) -> tuple[bytes | None] | None:
+        row = self.c.execute(
+            "SELECT output FROM rpc_requests WHERE run_id=? AND request_id=?", (run_id, request_id)
+        ).fetchone()
+        if row is None:
+            return None
+        return (bytes(row[0]) if row[0] is not None else None,)
+
+    def delete_run(self, run_id: str) -> None:
+        self.c.execute("DELETE FROM rpc_requests WHERE run_id=?", (run_id,))
+
+
 class SqliteBlobs:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn

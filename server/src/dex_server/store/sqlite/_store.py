@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dex_server.store._contract import Tx
+from dex_server.store._contract import StoreNotWritableError, Tx
 from dex_server.store._migrations import apply_migrations as run_migrations
 from dex_server.store._migrations import statements, verify_schema
 from dex_server.store.sqlite._cluster_repos import (
@@ -29,6 +29,7 @@ from dex_server.store.sqlite._repos import (
     SqliteExecutions,
     SqliteFlows,
     SqliteHistory,
+    SqliteRpcRequests,
     SqliteSpecs,
     SqliteState,
     SqliteTimers,
@@ -85,7 +86,12 @@ class _FolderLock:
     def acquire(self) -> None:
         if self._fd is not None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreNotWritableError(
+                f"cannot open the lock file {self.path}: {exc.strerror or exc}"
+            ) from None
         try:
             _lock(fd)
         except OSError:
@@ -235,8 +241,48 @@ class SqliteStore:
             DataFolderInUseError: another server holds it.
 
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreNotWritableError(
+                f"cannot create the data folder {self.path.parent}: {exc.strerror or exc}"
+            ) from None
         self._folder_lock.acquire()
+
+    def check_writable(self) -> None:
+        """Open the database, apply (or verify) migrations and try a write, then close.
+
+        Blocking; the server runs it before it listens, holding the folder lock, so that an
+        unusable store is one clear error instead of a failed startup.
+
+        Raises:
+            StoreNotWritableError: the database cannot be opened or written (read-only
+                file or folder, not a database, disk full...).
+            SchemaBehindError: ``verify_only`` and the schema lacks migrations.
+
+        """
+        try:
+            conn = _connect(self.path, fsync=self.fsync)
+        except sqlite3.Error as exc:
+            msg = f"cannot open the SQLite store {self.path}: {exc}"
+            raise StoreNotWritableError(msg) from None
+        try:
+            db = _SqliteMigrationDb(conn)
+            if self.verify_only:
+                verify_schema(db, "sqlite")
+            else:
+                apply_migrations(conn)
+            # a write that is rolled back: a read-only file refuses it here
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES (-1, 'probe', 0)"
+            )
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            msg = f"cannot write the SQLite store {self.path}: {exc}"
+            raise StoreNotWritableError(msg) from None
+        finally:
+            conn.close()
 
     def release(self) -> None:
         self._folder_lock.release()
@@ -452,6 +498,7 @@ def _repos(conn: sqlite3.Connection, server_id: str) -> Tx:
         servers=SqliteServers(conn, server_id),
         signals=SqliteSignals(),
         rpc_calls=SqliteRpcCalls(conn, server_id),
+        rpc_requests=SqliteRpcRequests(conn),
         locks=SqliteLocks(conn, server_id),
         streams=SqliteStreams(conn),
     )
