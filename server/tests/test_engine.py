@@ -231,6 +231,11 @@ _SCHEMA = FlowSpec(
             state=[StateDecl(name="x", kind="attribute"), StateDecl(name="x", kind="channel")],
         ),
         FlowSpec(flow_type=""),
+        # a NUL cannot be stored by PostgreSQL: refused on every store alike
+        FlowSpec(flow_type="F\x00"),
+        FlowSpec(flow_type="F", steps=[StepSpec(step_type="A\x00")]),
+        FlowSpec(flow_type="F", rpcs=[RpcSpec(name="r\x00")]),
+        FlowSpec(flow_type="F", state=[StateDecl(name="a\x00", kind="attribute")]),
     ],
 )
 def test_check_spec_refuses_names_that_do_not_hold_together(spec: FlowSpec) -> None:

@@ -27,13 +27,16 @@ def check_spec(spec: FlowSpec) -> None:
     """Refuse a spec whose names do not hold together.
 
     Raises:
-        InvalidSpecError: an empty or repeated Step type, RPC or state name, a state name
-            with ``/``, or a start Step that is not one of the spec's Steps.
+        InvalidSpecError: an empty or repeated Step type, RPC or state name, a name with
+            a NUL character (PostgreSQL cannot store it), a state name with ``/``, or a
+            start Step that is not one of the spec's Steps.
 
     """
     what = f"the spec of Flow type {spec.flow_type!r}"
     if not spec.flow_type:
         raise InvalidSpecError("a spec needs a non-empty flow_type")
+    if "\x00" in spec.flow_type:
+        raise InvalidSpecError(f"{what}: the Flow type holds a NUL character")
     _unique((s.step_type for s in spec.steps), f"Step type in {what}")
     _unique((r.name for r in spec.rpcs), f"RPC in {what}")
     _unique((d.name for d in spec.state), f"state name in {what}")
@@ -49,6 +52,8 @@ def _unique(names: Iterable[str], what: str) -> None:
     for name in names:
         if not name:
             raise InvalidSpecError(f"an empty {what}")
+        if "\x00" in name:
+            raise InvalidSpecError(f"{what} {name!r} holds a NUL character")
         if name in seen:
             raise InvalidSpecError(f"{what} {name!r} appears twice")
         seen.add(name)
