@@ -23,7 +23,6 @@ from dex import (
     AsyncClient,
     AsyncWorker,
     Attribute,
-    BlobCacheConfig,
     ClientOptions,
     CodecRegistry,
     Context,
@@ -49,6 +48,7 @@ from dex_server.testing import RunningServer, running_server
 
 from tests.e2e_flows.harness import unique_id
 from tests.support import async_wait_until
+from tests.support.blob_caches import DictBlobCache
 
 TOKEN = "e2e-compat-token"
 
@@ -169,30 +169,6 @@ BIG_TEXT = "x" * 20_000
 
 def _registry() -> Registry:
     return Registry([PRICE, WALLET, LENGTH], CodecRegistry({Money: MoneyCodec(), Tag: TAG_CODEC}))
-
-
-class DictBlobCache:
-    """A user ``BlobCache``: any object with the Protocol's methods is accepted."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.config = BlobCacheConfig("unused", 1 << 20)
-
-    def get(self, blob_id: str) -> bytes | None:
-        return self.blobs.get(blob_id)
-
-    def put(self, blob_id: str, payload: bytes) -> bool:
-        self.blobs[blob_id] = payload
-        return True
-
-    def delete(self, blob_id: str) -> None:
-        self.blobs.pop(blob_id, None)
-
-    def delete_all(self) -> None:
-        self.blobs.clear()
-
-    def close(self) -> None:
-        pass
 
 
 async def _exercise(client: AsyncClient) -> None:

@@ -9,6 +9,8 @@ import pytest
 from dex import BlobCache, BlobCacheConfig, open_blob_cache
 from dex._blob_cache import DiskBlobCache, blob_hash
 
+from tests.support.blob_caches import DictBlobCache
+
 
 def _open(path: Path, max_bytes: int = 1 << 20, counters: int = 10_000) -> DiskBlobCache:
     cache = open_blob_cache(BlobCacheConfig(path, max_bytes, counters))
@@ -206,30 +208,6 @@ def test_config_positional_and_validation(tmp_path: Path) -> None:
         BlobCacheConfig("", 10)
 
 
-class _DictCache:
-    """A user implementation of the ``BlobCache`` Protocol."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.config = BlobCacheConfig("unused", 1 << 20)
-
-    def get(self, blob_id: str) -> bytes | None:
-        return self.blobs.get(blob_id)
-
-    def put(self, blob_id: str, payload: bytes) -> bool:
-        self.blobs[blob_id] = payload
-        return True
-
-    def delete(self, blob_id: str) -> None:
-        self.blobs.pop(blob_id, None)
-
-    def delete_all(self) -> None:
-        self.blobs.clear()
-
-    def close(self) -> None:
-        pass
-
-
 def test_user_implementation_satisfies_the_protocol() -> None:
-    cache: BlobCache = _DictCache()
+    cache: BlobCache = DictBlobCache()
     assert isinstance(cache, BlobCache)
