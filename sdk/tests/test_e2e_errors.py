@@ -379,9 +379,11 @@ async def test_a_start_without_its_input_fails_at_once(stack: Stack) -> None:
         assert response.status_code == 200, response.text
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.status is FlowStatus.FAILED
-    assert "ValueMappingError" in (result.error_message or "")
-    assert "Counted-1 execute failed" in (result.error_message or "")
-    failed = [e for e in await history(stack.client, flow_id) if e.type == "StepExecuteFailed"]
+    assert (result.error_message or "").startswith("Cannot decode Dex Value")
+    events = await history(stack.client, flow_id)
+    (closed,) = [payload(e) for e in events if e.type == "FlowClosed"]
+    assert "Counted-1 execute failed: ValueMappingError" in closed["errorDetail"]
+    failed = [e for e in events if e.type == "StepExecuteFailed"]
     assert [payload(e)["output"]["failure"]["attempt"] for e in failed] == [1]
 
 
@@ -390,7 +392,9 @@ async def test_a_movement_input_of_the_wrong_type_fails_at_once(stack: Stack) ->
     await stack.client.start_flow(error_flows.MISTYPED_MOVE, flow_id, "seven")
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.status is FlowStatus.FAILED
-    assert "ValueMappingError" in (result.error_message or "")
-    assert "Mistype-1 execute failed" in (result.error_message or "")
-    failed = [e for e in await history(stack.client, flow_id) if e.type == "StepExecuteFailed"]
+    assert (result.error_message or "").startswith("Cannot encode Dex Value")
+    events = await history(stack.client, flow_id)
+    (closed,) = [payload(e) for e in events if e.type == "FlowClosed"]
+    assert "Mistype-1 execute failed: ValueMappingError" in closed["errorDetail"]
+    failed = [e for e in events if e.type == "StepExecuteFailed"]
     assert [payload(e)["output"]["failure"]["attempt"] for e in failed] == [1]

@@ -53,6 +53,8 @@ def _stale(tx: Tx, run_id: str, holder: str) -> bool:
 
 def take(tx: Tx, run_id: str, keys: Sequence[str], holder: str) -> bool:
     """Take every key of ``keys`` for ``holder``, or none; the caller holds the run's row."""
+    # a key named twice (declared and asked for again in the call's options) is one lock
+    keys = list(dict.fromkeys(keys))
     free = True
     for key, other in tx.locks.held(run_id, keys, holder):
         if _stale(tx, run_id, other):
