@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         help="missed heartbeats before another server takes over (several servers)",
     )
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--no-web", action="store_true", help="do not serve Dex Web at /ui")
     return p
 
 
@@ -97,6 +98,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         worker_reconnect_grace_s=a.worker_reconnect_grace_s,
         log_level=a.log_level,
         server_lease_s=a.server_lease_s,
+        web=not a.no_web,
     )
 
 

@@ -72,6 +72,9 @@ class ServerConfig:
             measure the engine without the disk's flush latency).
         retention_sweep_interval_s: period of the retention sweep.
         log_level: uvicorn / ``logging`` level name.
+        web: serve Dex Web, the browser UI, at ``/ui`` (and redirect ``/`` there) on the
+            same port (default ``True``; ``--no-web`` turns it off). It signs in with
+            ``token`` when one is set.
 
     """
 
@@ -94,6 +97,7 @@ class ServerConfig:
     fsync: bool = field(default_factory=lambda: os.environ.get("DEX_SERVER_FSYNC", "1") != "0")
     retention_sweep_interval_s: float = 60.0
     log_level: str = "warning"
+    web: bool = True
 
     def __post_init__(self) -> None:
         if (self.database_path is None) == (self.database_url is None):
@@ -153,11 +157,13 @@ def build_app(config: ServerConfig) -> Starlette:
 
     from dex_server.api import BearerAuth
 
-    app = Starlette(
-        routes=build_routes(runtime),
-        lifespan=lifespan,
-        middleware=[Middleware(BearerAuth, token=config.token)],
-    )
+    middleware = [Middleware(BearerAuth, token=config.token)]
+    if config.web:
+        from dex_server.web import WebMount, WebUI
+
+        # outside the bearer check: Dex Web authenticates browsers with its own cookie
+        middleware.insert(0, Middleware(WebMount, web=WebUI(runtime, config.token)))
+    app = Starlette(routes=build_routes(runtime), lifespan=lifespan, middleware=middleware)
     app.state.runtime = runtime
     return app
 

@@ -93,6 +93,9 @@ def dev(
             "--database-url", help="postgresql://... instead of SQLite in DATA_DIR (optional)."
         ),
     ] = None,
+    no_web: Annotated[
+        bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
+    ] = False,
 ) -> None:
     """Start a development server on SQLite in DATA_DIR (or PostgreSQL), on loopback only."""
     from dex_server.cli import _serve
@@ -107,6 +110,7 @@ def dev(
             engine=engine,
             token_file=token_file,
             database_url=database_url,
+            web=not no_web,
         )
     )
     _serve.run(config, banner=True)
@@ -158,6 +162,9 @@ def server(
             help="Several servers: missed heartbeats before another takes over (seconds).",
         ),
     ] = 15.0,
+    no_web: Annotated[
+        bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
+    ] = False,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -173,6 +180,7 @@ def server(
             pool_size=pool_size,
             verify_schema_only=verify_schema_only,
             server_lease_s=server_lease_s,
+            web=not no_web,
         )
     )
     _serve.run(config, banner=False)

@@ -37,6 +37,7 @@ class DevArgs:
     engine: str
     token_file: Path | None
     database_url: str | None = None
+    web: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,7 @@ class ServerArgs:
     pool_size: int = 4
     verify_schema_only: bool = False
     server_lease_s: float = 15.0
+    web: bool = True
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -74,6 +76,7 @@ def dev_config(args: DevArgs) -> ServerConfig:
         address_file=(args.address_file or data_dir / "address").resolve(),
         token=_read_token(args.token_file, env=None),
         retention_s=parse_duration(args.retention, option="--retention"),
+        web=args.web,
     )
 
 
@@ -91,6 +94,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         address_file=args.address_file.resolve() if args.address_file else None,
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
+        web=args.web,
     )
 
 
@@ -183,6 +187,8 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         _banner(config, address)
     else:
         _info(f"dex server listening on {address} (store: {_store_label(config)})")
+        if config.web:
+            _info(f"Dex Web: http://{address}/ui")
         if config.token is None and not is_loopback(config.host):
             _info("warning: no token (--token-file or DEX_SERVER_TOKEN): anyone can connect")
     await server
@@ -207,6 +213,7 @@ def _banner(config: ServerConfig, address: str) -> None:
         f'  dex.ClientOptions(server_address="{address}")',
         f"  dexcli --server {address} flow list",
         "",
+        *([f"Dex Web (the browser UI): http://{address}/ui", ""] if config.web else []),
         "Press Ctrl-C to stop.",
     ]
     _info("\n".join(lines))
