@@ -17,8 +17,8 @@ import pytest_asyncio
 from dex_agents import AgentSessionClient, AgentSessionFlow, AgentSnapshot, AgentStatus
 from dex_agents.testing import (
     AgentTestStack,
-    WorkerHandle,
     InvocationLog,
+    WorkerHandle,
     tool_call_kind,
     wait_until,
 )

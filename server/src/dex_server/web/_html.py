@@ -96,7 +96,9 @@ label{margin-right:.8em}
 """
 
 
-def layout(title: str, body: object, *, signed_in: bool = True) -> Safe:
+def layout(
+    title: str, body: object, *, signed_in: bool = True, sign_out: Safe | None = None
+) -> Safe:
     """The page frame: navigation, then ``body`` (already built from escaped parts)."""
     nav = (
         Safe(
@@ -111,7 +113,7 @@ def layout(title: str, body: object, *, signed_in: bool = True) -> Safe:
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f"<title>{h(title)} · Dex Web</title>"
         '<link rel=stylesheet href="/ui/static/dex-web.css"></head><body>'
-        f"<header><strong>Dex Web</strong>{nav}</header>"
+        f"<header><strong>Dex Web</strong>{nav}{sign_out or ''}</header>"
         f"<main><h1>{h(title)}</h1>{h(body)}</main></body></html>"
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -55,9 +56,13 @@ class Ctx:
         )
 
 
+# the signed-in session of the request being rendered (set by WebUI's guard)
+_SIGN_OUT: contextvars.ContextVar[Safe | None] = contextvars.ContextVar("sign_out", default=None)
+
+
 def _page(title: str, body: object, status: int = 200, *, signed_in: bool = True) -> Response:
     return Response(
-        layout(title, body, signed_in=signed_in),
+        layout(title, body, signed_in=signed_in, sign_out=_SIGN_OUT.get() if signed_in else None),
         status_code=status,
         media_type="text/html; charset=utf-8",
         headers=_HEADERS,
@@ -127,7 +132,10 @@ class WebUI:
                         return _page("Refused", _notice(f"Refused: {why}.", error=True), 403)
                     request.state.form = form
                 assert nonce is not None
-                response = await fn(request, Ctx(nonce, sec.csrf_token(nonce)))
+                ctx = Ctx(nonce, sec.csrf_token(nonce))
+                if sec.token is not None:
+                    _SIGN_OUT.set(ctx.form("/ui/logout", Safe("<button>Sign out</button>")))
+                response = await fn(request, ctx)
             except ServiceError as err:
                 response = _page("Error", _notice(f"{err.code}: {err.message}", error=True), 400)
             except StoreUnavailableError as exc:
