@@ -124,3 +124,24 @@ def test_escaping() -> None:
     assert h('<script>"x"</script>') == "&lt;script&gt;&quot;x&quot;&lt;/script&gt;"
     assert h(Safe("<b>")) == "<b>"
     assert tag("td", "<i>", title='"q"') == '<td title="&quot;q&quot;">&lt;i&gt;</td>'
+
+
+def test_the_flow_list_filters_by_id_prefix_and_pages(open_ui: TestClient) -> None:
+    from dex._protocol import FlowSpec, StartFlowRequest, StateDecl, encoder
+
+    spec = FlowSpec(flow_type="Idle", state=[StateDecl(name="a", kind="attribute")])
+    for fid in [*(f"p-{i:03d}" for i in range(60)), "q-1"]:
+        req = StartFlowRequest(flow_type="Idle", flow_id=fid, spec=spec)
+        assert open_ui.post("/v1/flows", content=encoder.encode(req)).status_code == 200
+    first = open_ui.get("/ui/flows", params={"prefix": "p-"}).text
+    ids = re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", first)
+    assert ids == [f"p-{i:03d}" for i in range(59, 9, -1)]
+    more = re.search(r'<a href="(/ui/flows\?[^"]+)">Next page</a>', first)
+    assert more is not None
+    second = open_ui.get(more.group(1).replace("&amp;", "&")).text
+    ids = re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", second)
+    assert ids == [f"p-{i:03d}" for i in range(9, -1, -1)]
+    assert "Next page" not in second
+    only_q = open_ui.get("/ui/flows", params={"prefix": "q-", "status": "running"}).text
+    assert re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", only_q) == ["q-1"]
+    assert open_ui.get("/ui/flows", params={"status": "bogus"}).status_code == 400
