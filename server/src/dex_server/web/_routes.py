@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 from urllib.parse import parse_qsl
 
-from dex._protocol import InvokeRpcRequest, StopFlowRequest
+from dex._protocol import ErrorCode, InvokeRpcRequest, StopFlowRequest
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
@@ -29,6 +29,7 @@ _STOP_TYPES = ("cancel", "terminate", "fail")
 _FORM_LIMIT = 256 * 1024
 _PAGE_SIZE = 50
 _HISTORY_PAGE = 100
+_REMOTE_RPC_TIMEOUT_S = 5.0
 _HEADERS = {
     # no script runs on these pages: defence in depth behind the escaping
     "content-security-policy": (
@@ -186,17 +187,26 @@ class WebUI:
         """Invoke an RPC; ``(True, output)`` or ``(False, what the person should know)``."""
         rt = self.runtime
         info = await self._read(lambda tx: _flows.describe(tx, flow_id))
-        if not rt.dispatcher.serves(info.flow_type) and not rt.shared:
-            return False, (
-                f"No Worker serves Flow type {info.flow_type!r} right now, so {rpc_name} was not"
-                " sent and nothing changed. Start (or restart) a Worker for it and try again;"
-                " this page keeps showing the committed state meanwhile."
-            )
+        no_worker = (
+            f"No Worker serves Flow type {info.flow_type!r} right now, so {rpc_name} was not"
+            " run and nothing changed. Start (or restart) a Worker for it and try again;"
+            " this page keeps showing the committed state meanwhile."
+        )
+        local = rt.dispatcher.serves(info.flow_type)
+        if not local and not rt.shared:
+            return False, no_worker
+        # with several servers a Worker may be connected to another one: give it a moment
+        timeout = None if local else _REMOTE_RPC_TIMEOUT_S
         try:
             out = await rt.invoke_rpc(
-                flow_id, InvokeRpcRequest(rpc_name=rpc_name, input=_reads.encode_json(value))
+                flow_id,
+                InvokeRpcRequest(
+                    rpc_name=rpc_name, input=_reads.encode_json(value), timeout_s=timeout
+                ),
             )
         except ServiceError as err:
+            if err.code == ErrorCode.NO_WORKER_AVAILABLE:
+                return False, no_worker
             return False, f"{rpc_name} failed: {err.code}: {err.message}"
         return True, json.loads(bytes(out)) if out is not None else None
 
