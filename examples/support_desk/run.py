@@ -222,8 +222,10 @@ async def demo(keep: bool) -> None:
         step("Where to look next")
         if keep:
             prefix = f"{dexcli} --server {stack.server_address}"
+            console.print(f"  http://{stack.server_address}/ui   # Dex Web, in a browser")
         else:
             console.print(f"  {dexcli} dev --data-dir {stack.data_dir} --port 8801   # restart it")
+            console.print("  http://127.0.0.1:8801/ui   # then open Dex Web in a browser")
             prefix = f"{dexcli}"
         console.print(f"  {prefix} flow history {SESSION_ID}")
         console.print(f"  {prefix} flow show {SESSION_ID}")

@@ -73,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="most open connections (default: the open-file limit less 64)",
     )
+    p.add_argument("--no-web", action="store_true", help="do not serve Dex Web at /ui")
     return p
 
 
@@ -114,6 +115,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         http_body_timeout_s=a.http_body_timeout_s,
         http_keep_alive_s=a.http_keep_alive_s,
         max_connections=a.max_connections,
+        web=not a.no_web,
     )
 
 

@@ -86,6 +86,9 @@ class ServerConfig:
         max_connections: most open client connections (HTTP and Worker WebSockets); one
             more is answered ``503`` and closed at once. ``None`` (the default): the
             process's open-file limit (``ulimit -n``) less 64, kept for the store and logs.
+        web: serve Dex Web, the browser UI, at ``/ui`` (and redirect ``/`` there) on the
+            same port (default ``True``; ``--no-web`` turns it off). It signs in with
+            ``token`` when one is set.
 
     """
 
@@ -114,6 +117,7 @@ class ServerConfig:
     http_body_timeout_s: float = 60.0
     http_keep_alive_s: float = 5.0
     max_connections: int | None = None
+    web: bool = True
 
     def __post_init__(self) -> None:
         if (self.database_path is None) == (self.database_url is None):
@@ -183,10 +187,16 @@ def build_app(config: ServerConfig) -> Starlette:
     from dex_server.api import BearerAuth
     from dex_server.api._routes import HTTP_ERROR_HANDLERS
 
+    middleware = [Middleware(BearerAuth, token=config.token)]
+    if config.web:
+        from dex_server.web import WebMount, WebUI
+
+        # outside the bearer check: Dex Web authenticates browsers with its own cookie
+        middleware.insert(0, Middleware(WebMount, web=WebUI(runtime, config.token)))
     app = Starlette(
         routes=build_routes(runtime),
         lifespan=lifespan,
-        middleware=[Middleware(BearerAuth, token=config.token)],
+        middleware=middleware,
         exception_handlers=HTTP_ERROR_HANDLERS,
     )
     # a trailing slash is another path (an ID may end with one), never a redirect

@@ -93,6 +93,9 @@ def dev(
             "--database-url", help="postgresql://... instead of SQLite in DATA_DIR (optional)."
         ),
     ] = None,
+    no_web: Annotated[
+        bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
+    ] = False,
 ) -> None:
     """Start a development server on SQLite in DATA_DIR (or PostgreSQL), on loopback only."""
     from dex_server.cli import _serve
@@ -107,6 +110,7 @@ def dev(
             engine=engine,
             token_file=token_file,
             database_url=database_url,
+            web=not no_web,
         )
     )
     _serve.run(config, banner=True)
@@ -194,6 +198,9 @@ def server(
             help="Most open connections, 503 above it (default: open-file limit less 64).",
         ),
     ] = None,
+    no_web: Annotated[
+        bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
+    ] = False,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -217,6 +224,7 @@ def server(
                 http_keep_alive_s=http_keep_alive_s,
                 max_connections=max_connections,
             ),
+            web=not no_web,
         )
     )
     _serve.run(config, banner=False)

@@ -37,6 +37,7 @@ class DevArgs:
     engine: str
     token_file: Path | None
     database_url: str | None = None
+    web: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,7 @@ class ServerArgs:
     verify_schema_only: bool = False
     server_lease_s: float = 15.0
     http: HttpArgs = HttpArgs()
+    web: bool = True
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -87,6 +89,7 @@ def dev_config(args: DevArgs) -> ServerConfig:
         address_file=(args.address_file or data_dir / "address").resolve(),
         token=_read_token(args.token_file, env=None),
         retention_s=parse_duration(args.retention, option="--retention"),
+        web=args.web,
     )
 
 
@@ -105,6 +108,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         token=_read_token(args.token_file, env="DEX_SERVER_TOKEN"),
         retention_s=parse_duration(args.retention, option="--retention"),
         **dataclasses.asdict(args.http),
+        web=args.web,
     )
 
 
@@ -197,6 +201,8 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         _banner(config, address)
     else:
         _info(f"dex server listening on {address} (store: {_store_label(config)})")
+        if config.web:
+            _info(f"Dex Web: http://{address}/ui")
         if config.token is None and not is_loopback(config.host):
             _info("warning: no token (--token-file or DEX_SERVER_TOKEN): anyone can connect")
     await server
@@ -221,6 +227,7 @@ def _banner(config: ServerConfig, address: str) -> None:
         f'  dex.ClientOptions(server_address="{address}")',
         f"  dexcli --server {address} flow list",
         "",
+        *([f"Dex Web (the browser UI): http://{address}/ui", ""] if config.web else []),
         "Press Ctrl-C to stop.",
     ]
     _info("\n".join(lines))

@@ -1,0 +1,121 @@
+"""HTML building blocks: every value is escaped here, so no page builds markup by hand.
+
+Pages are plain Python string templates. ``h`` escapes text and attribute values; ``Safe``
+marks markup this module (or a page) built from escaped parts, so it is not escaped twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from collections.abc import Iterable
+from urllib.parse import urlencode
+
+__all__ = ["Safe", "h", "json_block", "layout", "link", "pretty_json", "when"]
+
+
+class Safe(str):
+    """Markup built from escaped parts; ``h`` passes it through unchanged."""
+
+    __slots__ = ()
+
+
+def h(value: object) -> Safe:
+    """Escape ``value`` for HTML text and quoted attribute values (``Safe`` stays as is)."""
+    if isinstance(value, Safe):
+        return value
+    return Safe(html.escape("" if value is None else str(value), quote=True))
+
+
+def join(parts: Iterable[object], sep: str = "") -> Safe:
+    """Concatenate escaped parts."""
+    return Safe(sep.join(h(p) for p in parts))
+
+
+def tag(element: str, content: object = "", /, **attrs: object) -> Safe:
+    """``<name attrs>content</name>``; ``class_`` stands for ``class``; None drops an attribute."""
+    rendered = "".join(
+        f' {k.rstrip("_").replace("_", "-")}="{h(v)}"' for k, v in attrs.items() if v is not None
+    )
+    if element in ("input", "br", "meta"):
+        return Safe(f"<{element}{rendered}>")
+    return Safe(f"<{element}{rendered}>{h(content)}</{element}>")
+
+
+def link(href: str, text: object, **query: object) -> Safe:
+    """An ``<a>`` to ``href`` with the non-empty ``query`` parameters."""
+    q = {k: str(v) for k, v in query.items() if v not in (None, "")}
+    return tag("a", text, href=href + ("?" + urlencode(q) if q else ""))
+
+
+def pretty_json(raw: bytes | str | None) -> str:
+    """Indent a JSON document for reading; text that is not JSON comes back unchanged."""
+    if raw is None:
+        return "null"
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return text
+
+
+def json_block(raw: bytes | str | None) -> Safe:
+    """A ``<pre>`` holding pretty-printed JSON, escaped."""
+    return tag("pre", pretty_json(raw), class_="json")
+
+
+def when(ts: float | None) -> Safe:
+    """A Unix time as UTC text in a ``<time>`` element (empty for None)."""
+    if ts is None:
+        return Safe("")
+    t = dt.datetime.fromtimestamp(ts, dt.UTC)
+    return tag("time", t.strftime("%Y-%m-%d %H:%M:%S UTC"), datetime=t.isoformat())
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
+header{background:#1d232a;color:#fff;padding:.6em 1.2em;display:flex;gap:1.4em;
+ align-items:center}
+header a{color:#cfe3ff;text-decoration:none}header strong{font-size:1.1em}
+main{padding:1em 1.4em;max-width:1200px}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{border-bottom:1px solid #e3e6ea;padding:.35em .6em;text-align:left;vertical-align:top}
+th{background:#eef1f4}
+pre{background:#f0f2f5;padding:.5em;overflow:auto;max-height:24em;margin:.2em 0;
+ white-space:pre-wrap;word-break:break-word}
+.status{font-weight:600}.status-running{color:#0a6}.status-failed{color:#c22}
+.status-canceled,.status-terminated{color:#a60}
+.notice{background:#e8f4ff;border:1px solid #9cc8f2;padding:.6em;margin:.6em 0}
+.error{background:#fdeceb;border:1px solid #eea39c;padding:.6em;margin:.6em 0}
+form.inline{display:inline}
+section{background:#fff;border:1px solid #e3e6ea;padding:.6em 1em;margin:.8em 0}
+.msg{border-left:3px solid #9aa5b1;padding:.3em .8em;margin:.4em 0;white-space:pre-wrap}
+.msg-user{border-color:#2b7bd6}.msg-assistant{border-color:#0a6}.msg-tool{border-color:#a60}
+label{margin-right:.8em}
+"""
+
+
+def layout(
+    title: str, body: object, *, signed_in: bool = True, sign_out: Safe | None = None
+) -> Safe:
+    """The page frame: navigation, then ``body`` (already built from escaped parts)."""
+    nav = (
+        Safe(
+            '<a href="/ui/flows">Flows</a><a href="/ui/sessions">Agent sessions</a>'
+            '<a href="/ui/approvals">Approvals</a>'
+        )
+        if signed_in
+        else Safe("")
+    )
+    return Safe(
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        f"<title>{h(title)} · Dex Web</title>"
+        '<link rel=stylesheet href="/ui/static/dex-web.css"></head><body>'
+        f"<header><strong>Dex Web</strong>{nav}{sign_out or ''}</header>"
+        f"<main><h1>{h(title)}</h1>{h(body)}</main></body></html>"
+    )
+
+
+CSS = _CSS

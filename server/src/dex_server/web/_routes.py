@@ -1,0 +1,681 @@
+"""Dex Web's routes: translate HTTP to service calls and render pages (like ``api/``)."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, get_args
+from urllib.parse import parse_qsl
+
+from dex._protocol import ErrorCode, InvokeRpcRequest, StopFlowRequest
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dex_server.service import Runtime, _flows
+from dex_server.service._common import ServiceError
+from dex_server.store import StoreUnavailableError
+from dex_server.store._records import FlowStatus
+from dex_server.web import _reads
+from dex_server.web._html import CSS, Safe, h, join, json_block, layout, link, tag, when
+from dex_server.web._security import WebSecurity, set_cookie_header
+
+_STATUSES: tuple[str, ...] = get_args(FlowStatus)
+_STOP_TYPES = ("cancel", "terminate", "fail")
+_FORM_LIMIT = 256 * 1024
+_PAGE_SIZE = 50
+_HISTORY_PAGE = 100
+_REMOTE_RPC_TIMEOUT_S = 5.0
+_HEADERS = {
+    # no script runs on these pages: defence in depth behind the escaping
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        " frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+@dataclass
+class Ctx:
+    """The browser session of a request."""
+
+    nonce: str
+    csrf: str
+
+    def form(self, action: str, body: object, *, class_: str | None = None) -> Safe:
+        hidden = tag("input", type="hidden", name="csrf", value=self.csrf)
+        return Safe(
+            f'<form method=post action="{h(action)}"'
+            f"{f' class={chr(34)}{h(class_)}{chr(34)}' if class_ else ''}>{hidden}{h(body)}</form>"
+        )
+
+
+# the signed-in session of the request being rendered (set by WebUI's guard)
+_SIGN_OUT: contextvars.ContextVar[Safe | None] = contextvars.ContextVar("sign_out", default=None)
+
+
+def _page(title: str, body: object, status: int = 200, *, signed_in: bool = True) -> Response:
+    return Response(
+        layout(title, body, signed_in=signed_in, sign_out=_SIGN_OUT.get() if signed_in else None),
+        status_code=status,
+        media_type="text/html; charset=utf-8",
+        headers=_HEADERS,
+    )
+
+
+def _notice(text: object, *, error: bool = False) -> Safe:
+    return tag("div", text, class_="error" if error else "notice", role="status")
+
+
+def _kv(label: str, value: object) -> Safe:
+    return Safe(f"<tr><th>{h(label)}</th><td>{h(value)}</td></tr>")
+
+
+def _status(status: str, id_: str | None = None) -> Safe:
+    return tag("span", status, class_=f"status status-{status}", id=id_)
+
+
+def _outcome(call: dict[str, Any]) -> str:
+    return str(call.get("output") or call.get("error") or call.get("rejection_message") or "")
+
+
+def _empty(text: str) -> Safe:
+    return tag("p", text, class_="empty")
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _FORM_LIMIT:
+            raise ServiceError("LIMIT_EXCEEDED", "the form is too large")
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+Page = Callable[[Request, Ctx], Awaitable[Response]]
+
+
+class WebUI:
+    """The Dex Web ASGI application of one server (mounted by :class:`WebMount`)."""
+
+    def __init__(self, runtime: Runtime, token: str | None) -> None:
+        self.runtime = runtime
+        self.security = WebSecurity(token)
+        self.router = Router(routes=self._routes())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.router(scope, receive, send)
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _guarded(self, fn: Page, *, post: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        sec = self.security
+
+        async def wrapped(request: Request) -> Response:
+            nonce = sec.session_of(request)
+            new_cookie: str | None = None
+            if nonce is None and not post:
+                if sec.token is not None:
+                    return RedirectResponse("/ui/login", status_code=303, headers=_HEADERS)
+                nonce, new_cookie = sec.new_session()
+            try:
+                if post:
+                    form = await _form(request)
+                    why = sec.refusal(request, nonce, form)
+                    if why is not None:
+                        return _page("Refused", _notice(f"Refused: {why}.", error=True), 403)
+                    request.state.form = form
+                assert nonce is not None
+                ctx = Ctx(nonce, sec.csrf_token(nonce))
+                if sec.token is not None:
+                    _SIGN_OUT.set(ctx.form("/ui/logout", Safe("<button>Sign out</button>")))
+                response = await fn(request, ctx)
+            except ServiceError as err:
+                response = _page("Error", _notice(f"{err.code}: {err.message}", error=True), 400)
+            except StoreUnavailableError as exc:
+                response = _page(
+                    "Unavailable", _notice(f"store unavailable: {exc}", error=True), 503
+                )
+            if new_cookie is not None:
+                response.headers.append(
+                    "set-cookie",
+                    set_cookie_header(new_cookie, secure=request.url.scheme == "https"),
+                )
+            return response
+
+        return wrapped
+
+    def _routes(self) -> list[Route]:
+        g = self._guarded
+
+        async def root(request: Request) -> Response:
+            return RedirectResponse("/ui/flows", status_code=303)
+
+        async def css(request: Request) -> Response:
+            return Response(CSS, media_type="text/css", headers={"cache-control": "max-age=300"})
+
+        return [
+            Route("/", root),
+            Route("/ui", root),
+            Route("/ui/", root),
+            Route("/ui/static/dex-web.css", css),
+            Route("/ui/login", self._login_form, methods=["GET"]),
+            Route("/ui/login", self._login, methods=["POST"]),
+            Route("/ui/logout", g(self._logout, post=True), methods=["POST"]),
+            Route("/ui/flows", g(self._flows), methods=["GET"]),
+            Route("/ui/flow", g(self._flow), methods=["GET"]),
+            Route("/ui/flow/stop", g(self._stop, post=True), methods=["POST"]),
+            Route("/ui/sessions", g(self._sessions), methods=["GET"]),
+            Route("/ui/session", g(self._session), methods=["GET"]),
+            Route("/ui/session/message", g(self._send_message, post=True), methods=["POST"]),
+            Route("/ui/approvals", g(self._approvals), methods=["GET"]),
+            Route("/ui/approvals/resolve", g(self._resolve, post=True), methods=["POST"]),
+        ]
+
+    async def _read(self, job: Callable[[Any], Any]) -> Any:
+        # committed state from the store's readers: no Worker, and off the writer
+        return await self.runtime.store.read(job)
+
+    async def _rpc(self, flow_id: str, rpc_name: str, value: object) -> tuple[bool, object]:
+        """Invoke an RPC; ``(True, output)`` or ``(False, what the person should know)``."""
+        rt = self.runtime
+        info = await self._read(lambda tx: _flows.describe(tx, flow_id))
+        no_worker = (
+            f"No Worker serves Flow type {info.flow_type!r} right now, so {rpc_name} was not"
+            " run and nothing changed. Start (or restart) a Worker for it and try again;"
+            " this page keeps showing the committed state meanwhile."
+        )
+        local = rt.dispatcher.serves(info.flow_type)
+        if not local and not rt.shared:
+            return False, no_worker
+        # with several servers a Worker may be connected to another one: give it a moment
+        timeout = None if local else _REMOTE_RPC_TIMEOUT_S
+        try:
+            out = await rt.invoke_rpc(
+                flow_id,
+                InvokeRpcRequest(
+                    rpc_name=rpc_name, input=_reads.encode_json(value), timeout_s=timeout
+                ),
+            )
+        except ServiceError as err:
+            if err.code == ErrorCode.NO_WORKER_AVAILABLE:
+                return False, no_worker
+            return False, f"{rpc_name} failed: {err.code}: {err.message}"
+        return True, json.loads(bytes(out)) if out is not None else None
+
+    # ------------------------------------------------------------------- login
+
+    async def _login_form(self, request: Request, message: str = "", status: int = 200) -> Response:
+        if self.security.token is None:
+            return RedirectResponse("/ui/flows", status_code=303)
+        body = Safe(
+            (str(_notice(message, error=True)) if message else "")
+            + '<form method=post action="/ui/login"><label>Server token '
+            "<input type=password name=token autocomplete=current-password required autofocus>"
+            "</label><button type=submit>Sign in</button></form>"
+            "<p>The token is the one the server was started with (<code>--token-file</code>"
+            " or <code>DEX_SERVER_TOKEN</code>). It is asked once per browser session.</p>"
+        )
+        return _page("Sign in", body, status, signed_in=False)
+
+    async def _login(self, request: Request) -> Response:
+        sec = self.security
+        form = await _form(request)
+        origin = request.headers.get("origin")
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none") or (
+            origin is not None and origin != f"{request.url.scheme}://{request.headers.get('host')}"
+        ):
+            return _page(
+                "Refused",
+                _notice("Refused: sign in from this server's page.", error=True),
+                403,
+                signed_in=False,
+            )
+        if not sec.check_token(form.get("token", "")):
+            return await self._login_form(request, "That is not the server's token.", 401)
+        _, cookie = sec.new_session()
+        response = RedirectResponse("/ui/flows", status_code=303, headers=_HEADERS)
+        response.headers.append(
+            "set-cookie", set_cookie_header(cookie, secure=request.url.scheme == "https")
+        )
+        return response
+
+    async def _logout(self, request: Request, ctx: Ctx) -> Response:
+        response = RedirectResponse("/ui/login", status_code=303, headers=_HEADERS)
+        response.headers.append(
+            "set-cookie", "dex_web_session=; Path=/ui; Max-Age=0; HttpOnly; SameSite=Strict"
+        )
+        return response
+
+    # ------------------------------------------------------------------- Flows
+
+    async def _flows(self, request: Request, ctx: Ctx) -> Response:
+        q = request.query_params
+        status = q.get("status") or None
+        if status is not None and status not in _STATUSES:
+            raise ServiceError("BAD_REQUEST", f"unknown status {status!r}")
+        flow_type = q.get("flow_type") or None
+        prefix = q.get("prefix", "")
+        before = q.get("page_token") or None
+        flows, nxt = await self._read(
+            lambda tx: _reads.list_flows(
+                tx,
+                status=status,
+                flow_type=flow_type,
+                prefix=prefix,
+                size=_PAGE_SIZE,
+                before=before,
+            )
+        )
+        options = join(
+            tag("option", s or "any status", value=s, selected="" if s == (status or "") else None)
+            for s in ("", *_STATUSES)
+        )
+        filters = Safe(
+            '<form method=get action="/ui/flows" class=filters>'
+            f"<label>Status <select name=status>{options}</select></label>"
+            f'<label>Flow type <input name=flow_type value="{h(flow_type or "")}"></label>'
+            f'<label>ID prefix <input name=prefix value="{h(prefix)}"></label>'
+            "<button type=submit>Filter</button></form>"
+        )
+        rows = join(
+            Safe(
+                "<tr>"
+                f"<td>{link('/ui/flow', f.flow_id, id=f.flow_id)}</td><td>{h(f.flow_type)}</td>"
+                f"<td>{tag('span', f.status, class_=f'status status-{f.status}')}</td>"
+                f"<td>{when(f.started_at)}</td><td>{when(f.closed_at)}</td></tr>"
+            )
+            for f in flows
+        )
+        table = Safe(
+            "<table id=flows><thead><tr><th>Flow ID</th><th>Flow type</th><th>Status</th>"
+            f"<th>Started</th><th>Closed</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+        empty = _empty("No Flows match.") if not flows else Safe("")
+        more = (
+            link(
+                "/ui/flows",
+                "Next page",
+                status=status,
+                flow_type=flow_type,
+                prefix=prefix,
+                page_token=nxt,
+            )
+            if nxt
+            else Safe("")
+        )
+        return _page("Flows", join([filters, table, empty, more]))
+
+    async def _flow(
+        self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
+    ) -> Response:
+        fid = request.query_params.get("id", "")
+        after = request.query_params.get("after", "")
+        running = dict(self.runtime.dispatcher.running)
+        specs = self.runtime.specs
+        view: _reads.FlowView = await self._read(
+            lambda tx: _reads.flow_view(tx, specs, fid, running, after, _HISTORY_PAGE)
+        )
+        info = view.state.info
+        parts: list[object] = [notice or ""]
+        summary = Safe(
+            "<table class=summary>"
+            f"<tr><th>Flow ID</th><td>{h(info.flow_id)}</td></tr>"
+            f"<tr><th>Run ID</th><td>{h(info.run_id)}</td></tr>"
+            f"<tr><th>Flow type</th><td>{h(info.flow_type)}</td></tr>"
+            f"<tr><th>Status</th><td>{_status(info.status, 'flow-status')}</td></tr>"
+            f"<tr><th>Started</th><td>{when(info.started_at)}</td></tr>"
+            f"<tr><th>Closed</th><td>{when(info.closed_at)}</td></tr>"
+            + (
+                str(_kv("Error", f"{view.error_type or ''}: {view.error_message or ''}"))
+                if view.error_type or view.error_message
+                else ""
+            )
+            + "</table>"
+        )
+        parts.append(summary)
+        if _reads.is_agent_session(view.spec):
+            parts.append(
+                tag("p", link("/ui/session", "Open the conversation view", id=info.flow_id))
+            )
+        if info.status == "running":
+            parts.append(self._stop_dialog(ctx, info.flow_id))
+        parts.append(self._state_panel(view))
+        parts.append(self._timeline(view, info.flow_id))
+        return _page(f"Flow {info.flow_id}", join(parts), status)
+
+    def _stop_dialog(self, ctx: Ctx, flow_id: str) -> Safe:
+        choices = join(
+            Safe(
+                f'<label><input type=radio name=type value="{t}"'
+                f"{' checked' if t == 'cancel' else ''}> {t}</label>"
+            )
+            for t in _STOP_TYPES
+        )
+        body = Safe(
+            f'<input type=hidden name=id value="{h(flow_id)}">'
+            f"<fieldset><legend>How</legend>{choices}</fieldset>"
+            "<label>Reason <input name=reason size=50></label>"
+            "<button type=submit>Stop the Flow</button>"
+            "<p>cancel: the Flow ends as canceled; terminate: it ends at once as terminated;"
+            " fail: it ends as failed with the reason as its error. Running Steps are"
+            " cancelled either way.</p>"
+        )
+        return Safe(
+            "<details id=stop-dialog><summary>Stop…</summary>"
+            f"{ctx.form('/ui/flow/stop', body)}</details>"
+        )
+
+    def _state_panel(self, view: _reads.FlowView) -> Safe:
+        attrs = join(
+            Safe(f"<tr><td>{h(n)}</td><td>{json_block(v)}</td></tr>")
+            for n, v in view.attributes.items()
+        )
+        pending = join(
+            Safe(
+                f"<tr><td>{h(m.channel)}</td><td>{h(m.message_id)}</td><td>{json_block(bytes(m.value))}</td></tr>"
+            )
+            for m in view.pending
+        )
+        steps = join(
+            Safe(
+                f"<tr><td>{h(s.step_execution_id)}</td><td>{h(s.step_type)}</td><td>{h(s.phase)}</td>"
+                f"<td>{h(s.attempt)}</td><td>"
+                + (
+                    f"{h(s.last_failure.error_type)}: {h(s.last_failure.message)}"
+                    + (str(tag("pre", s.last_failure.stack)) if s.last_failure.stack else "")
+                    if s.last_failure
+                    else ""
+                )
+                + "</td></tr>"
+            )
+            for s in view.state.active_steps
+        )
+        return Safe(
+            "<section id=state><h2>State</h2><h3>Attributes</h3>"
+            f"<table id=attributes><tr><th>Name</th><th>Value</th></tr>{attrs}</table>"
+            "<h3>Channels: pending messages</h3>"
+            "<table id=channels><tr><th>Channel</th><th>Message ID</th><th>Value</th></tr>"
+            f"{pending}</table>"
+            "<h3>Active executions</h3>"
+            "<table id=executions><tr><th>Execution</th><th>Step type</th><th>Phase</th>"
+            f"<th>Attempt</th><th>Last failure</th></tr>{steps}</table></section>"
+        )
+
+    def _timeline(self, view: _reads.FlowView, flow_id: str) -> Safe:
+        assert view.history is not None
+        items = []
+        for e in view.history.events:
+            raw = bytes(e.payload)
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = None
+            details = ""
+            if isinstance(payload, dict):
+                details = ", ".join(
+                    f"{k}={v}"
+                    for k, v in payload.items()
+                    if isinstance(v, str | int | float | bool) and len(str(v)) <= 80
+                )
+            items.append(
+                Safe(
+                    f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
+                    f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
+                    f"{json_block(raw)}</details></li>"
+                )
+            )
+        nxt = view.history.next_page_token
+        more = link("/ui/flow", "Later events", id=flow_id, after=nxt) if nxt else Safe("")
+        return Safe(f"<section id=timeline><h2>History</h2><ol>{join(items)}</ol>{more}</section>")
+
+    async def _stop(self, request: Request, ctx: Ctx) -> Response:
+        form: dict[str, str] = request.state.form
+        fid = form.get("id", "")
+        kind = form.get("type", "cancel")
+        if kind not in _STOP_TYPES:
+            raise ServiceError("BAD_REQUEST", f"unknown stop type {kind!r}")
+        reason = form.get("reason") or None
+        try:
+            await self.runtime.stop_flow(fid, StopFlowRequest(type=kind, reason=reason))  # type: ignore[arg-type]
+        except ServiceError as err:
+            return await self._flow(
+                _with_query(request, id=fid),
+                ctx,
+                _notice(f"Not stopped: {err.message}", error=True),
+                409,
+            )
+        return await self._flow(
+            _with_query(request, id=fid), ctx, _notice(f"Flow stopped ({kind}).")
+        )
+
+    # ---------------------------------------------------------- agent sessions
+
+    async def _sessions(self, request: Request, ctx: Ctx) -> Response:
+        specs = self.runtime.specs
+        rows: list[_reads.SessionSummary] = await self._read(lambda tx: _reads.sessions(tx, specs))
+        body = join(
+            Safe(
+                f"<tr><td>{link('/ui/session', s.flow.flow_id, id=s.flow.flow_id)}</td>"
+                f"<td>{h(s.flow.flow_type)}</td><td>{h(s.flow.status)}</td><td>{h(s.status)}</td>"
+                f"<td>{h(s.approvals)}</td><td>{h(s.turn_count)}</td><td>{h(s.message_count)}</td>"
+                f"<td>{when(s.flow.started_at)}</td></tr>"
+            )
+            for s in rows
+        )
+        table = Safe(
+            "<table id=sessions><tr><th>Session</th><th>Flow type</th><th>Flow status</th>"
+            "<th>Session status</th><th>Approvals waiting</th><th>Turns</th><th>Messages</th>"
+            f"<th>Started</th></tr>{body}</table>"
+        )
+        return _page(
+            "Agent sessions", join([table, _empty("No agent sessions.") if not rows else ""])
+        )
+
+    async def _approvals(
+        self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
+    ) -> Response:
+        specs = self.runtime.specs
+        items: list[_reads.Approval] = await self._read(lambda tx: _reads.approvals(tx, specs))
+        now = time.time()
+        cards = []
+        for a in items:
+            left = (
+                f"{max(0, int(a.deadline - now))} s left (until {when(a.deadline)})"
+                if a.deadline is not None
+                else "no deadline"
+            )
+            form = ctx.form(
+                "/ui/approvals/resolve",
+                Safe(
+                    f'<input type=hidden name=id value="{h(a.flow_id)}">'
+                    f'<input type=hidden name=interrupt_id value="{h(a.interrupt_id)}">'
+                    "<button type=submit name=decision value=approve>Approve</button> "
+                    "<label>Reason <input name=reason size=40></label>"
+                    "<button type=submit name=decision value=reject>Reject</button>"
+                ),
+            )
+            session = link("/ui/session", a.flow_id, id=a.flow_id)
+            cards.append(
+                Safe(
+                    f'<section class=approval data-interrupt="{h(a.interrupt_id)}">'
+                    f"<h3>{h(a.tool_name)} <small>in {session}</small></h3>"
+                    f"<p>Effect: <strong>{h(a.effect or 'unknown')}</strong>"
+                    f" · raised {when(a.created_at)}"
+                    f" · {Safe(left) if a.deadline is not None else 'no deadline'}</p>"
+                    f"{json_block(a.arguments)}{form}</section>"
+                )
+            )
+        intro = tag(
+            "p",
+            "Each call waits for one answer. If two people answer the same approval, the first"
+            " answer the session commits wins; the second is told the approval is no longer"
+            " pending and changes nothing.",
+        )
+        empty = _empty("No approvals are waiting.") if not items else Safe("")
+        return _page("Approvals", join([notice or "", intro, empty, *cards]), status)
+
+    async def _resolve(self, request: Request, ctx: Ctx) -> Response:
+        form: dict[str, str] = request.state.form
+        approved = form.get("decision") == "approve"
+        reason = form.get("reason", "").strip() or None
+        ok, out = await self._rpc(
+            form.get("id", ""),
+            "resolve_interrupt",
+            {
+                "interrupt_id": form.get("interrupt_id", ""),
+                "approved": approved,
+                "rejection_message": None if approved else reason,
+            },
+        )
+        if not ok:
+            return await self._approvals(request, ctx, _notice(out, error=True), 503)
+        if out is not True:
+            return await self._approvals(
+                request,
+                ctx,
+                _notice(
+                    "That approval is no longer pending (already answered, or its deadline"
+                    " passed); nothing changed.",
+                    error=True,
+                ),
+                409,
+            )
+        verdict = (
+            "Approved" if approved else "Rejected" + (f" with reason: {reason}" if reason else "")
+        )
+        return await self._approvals(request, ctx, _notice(f"{verdict}."))
+
+    async def _session(
+        self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
+    ) -> Response:
+        fid = request.query_params.get("id", "")
+        specs = self.runtime.specs
+        view: _reads.SessionView | None = await self._read(
+            lambda tx: _reads.session_view(tx, specs, fid)
+        )
+        if view is None:
+            return _page(
+                "Not an agent session",
+                _notice(f"Flow {fid} is not an agent session.", error=True),
+                404,
+            )
+        st = view.state
+        usage = view.usage
+        turns = f"{st.get('turn_count', 0)} (active: {st.get('active_turn_id') or 'none'})"
+        summary = Safe(
+            "<table class=summary>"
+            f"{_kv('Session', link('/ui/flow', view.flow.flow_id, id=view.flow.flow_id))}"
+            f"<tr><th>Flow status</th><td>{h(view.flow.status)}</td></tr>"
+            f"{_kv('Session status', st.get('status', 'starting'))}"
+            f"{_kv('Turns', turns)}"
+            f"<tr><th>Queued messages</th><td>{h(view.queued)}</td></tr>"
+            f"<tr><th>Usage</th><td>{h(usage.get('requests', 0))} requests,"
+            f" {h(usage.get('input_tokens', 0))} in,"
+            f" {h(usage.get('output_tokens', 0))} out</td></tr>"
+            + (
+                f"<tr><th>Last turn error</th><td>{h(st['last_turn_error'])}</td></tr>"
+                if st.get("last_turn_error")
+                else ""
+            )
+            + "</table>"
+        )
+        msgs = join(
+            Safe(
+                f'<div class="msg msg-{h(m.get("role", ""))}">'
+                f"<small>#{h(m.get('sequence'))} {h(m.get('role'))} · {h(m.get('turn_id'))}"
+                f" · {when(m.get('created_at'))}</small>\n{h(m.get('text', ''))}</div>"
+            )
+            for m in view.messages
+        )
+        calls = join(
+            Safe(
+                f"<tr><td>{h(c.get('tool_name'))}</td><td>{h(c.get('effect'))}</td>"
+                f"<td>{'approval' if c.get('requires_approval') else 'automatic'}</td>"
+                f"<td>{h(c.get('status'))}</td><td>{json_block(c.get('arguments'))}</td>"
+                f"<td>{h(_outcome(c))}</td>"
+                f"<td>{h(c.get('idempotency_key'))}</td></tr>"
+            )
+            for c in view.tool_calls
+        )
+        waiting = (
+            tag("p", f"{len(view.pending)} approval(s) waiting: answer them in the inbox.")
+            if view.pending
+            else Safe("")
+        )
+        send = (
+            ctx.form(
+                "/ui/session/message",
+                Safe(
+                    f'<input type=hidden name=id value="{h(view.flow.flow_id)}">'
+                    "<label>Message <textarea name=text rows=3 cols=60 required></textarea></label>"
+                    "<button type=submit>Send</button>"
+                ),
+            )
+            if view.flow.status == "running"
+            else Safe("")
+        )
+        body = join(
+            [
+                notice or "",
+                summary,
+                waiting,
+                Safe(f"<section id=conversation><h2>Conversation</h2>{msgs}</section>"),
+                Safe(
+                    "<section><h2>Tool calls of the active turn</h2>"
+                    "<table id=tool-calls><tr><th>Tool</th>"
+                    "<th>Effect</th><th>Policy</th><th>Status</th><th>Arguments</th><th>Outcome</th>"
+                    f"<th>Idempotency key</th></tr>{calls}</table></section>"
+                ),
+                send,
+            ]
+        )
+        return _page(f"Session {view.flow.flow_id}", body, status)
+
+    async def _send_message(self, request: Request, ctx: Ctx) -> Response:
+        form: dict[str, str] = request.state.form
+        fid = form.get("id", "")
+        ok, out = await self._rpc(fid, "send_user_message", {"text": form.get("text", "")})
+        req = _with_query(request, id=fid)
+        if not ok:
+            return await self._session(req, ctx, _notice(out, error=True), 503)
+        if out is not True:
+            return await self._session(
+                req, ctx, _notice("The message was blank: nothing was sent.", error=True), 400
+            )
+        return await self._session(req, ctx, _notice("Message queued for the next turn."))
+
+
+def _with_query(request: Request, **params: str) -> Request:
+    """The same request, as if its query string were ``params`` (to render after a POST)."""
+    from urllib.parse import urlencode
+
+    scope = dict(request.scope)
+    scope["query_string"] = urlencode(params).encode()
+    return Request(scope)
+
+
+class WebMount:
+    """ASGI middleware: ``/`` and ``/ui...`` go to Dex Web, everything else to the API.
+
+    Dex Web does its own authentication (session cookies), so it sits in front of the
+    API's bearer-token check.
+    """
+
+    def __init__(self, app: ASGIApp, web: WebUI) -> None:
+        self.app = app
+        self.web = web
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else None
+        if path is not None and (path == "/" or path == "/ui" or path.startswith("/ui/")):
+            await self.web(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

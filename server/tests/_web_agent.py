@@ -1,0 +1,69 @@
+"""The agent session of the Dex Web browser tests, built the same way in the Worker child.
+
+Scripted model (no network): a message with "refund" asks for ``issue_refund`` (a
+non-idempotent write, so it waits for approval); one with "html" runs ``render_html``,
+whose output is markup that must show as text; anything else is echoed. After tool
+results the model answers with one line per result, quoting what the tool (or a
+rejection) said.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
+from dex_agents.testing import (
+    InvocationLog,
+    ModelCall,
+    ScriptedModel,
+    ScriptedResponse,
+    ScriptedRunner,
+    ScriptedText,
+    ScriptedToolCall,
+    ScriptedToolCalls,
+    run_agent_worker,
+)
+
+STATE_DIR_ENV = "DEX_WEB_TEST_STATE_DIR"
+FLOW_TYPE = "WebDesk"
+XSS = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
+
+
+def issue_refund(order_id: int, amount: int) -> str:
+    return f"refunded {amount} on order {order_id}"
+
+
+def render_html() -> str:
+    return XSS
+
+
+def _step(call: ModelCall) -> ScriptedResponse:
+    if call.call_index > 0:
+        lines = [f"{r.tool_name}: {r.status}: {r.content}" for r in call.tool_results]
+        return ScriptedText(text="\n".join(lines) or "no tools ran")
+    text = call.user_text.lower()
+    if "refund" in text:
+        refund = ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": 7, "amount": 30})
+        return ScriptedToolCalls(calls=[refund], text="I will refund it.")
+    if "html" in text:
+        return ScriptedToolCalls(calls=[ScriptedToolCall(tool_name="render_html")])
+    return ScriptedText(text=f"echo: {call.user_text}")
+
+
+def build_flow(state_dir: Path) -> AgentSessionFlow:
+    runner = ScriptedRunner(
+        ScriptedModel(default=_step),
+        {"issue_refund": issue_refund, "render_html": render_html},
+        log=InvocationLog(state_dir / "calls.log"),
+    )
+    policies = {
+        "issue_refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
+        "render_html": ToolPolicy(ToolEffect.READ),
+    }
+    options = AgentSessionOptions(tool_policies=policies)
+    return AgentSessionFlow(runner, flow_type=FLOW_TYPE, options=options)
+
+
+if __name__ == "__main__":
+    run_agent_worker([build_flow(Path(os.environ[STATE_DIR_ENV]))])
