@@ -61,6 +61,10 @@ ids = st.text(
 ) | st.sampled_from([".", "..", "a/b", "../x", "%2F", "%", "a/", "/", "x/next", "é/ß"])
 
 
+# a Stream name is a state name: declared once, and without "/" (the schema refuses both)
+stream_names = ids.filter(lambda s: "/" not in s and s not in ("a", "m"))
+
+
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -78,7 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(flow_id=ids, stream=ids, key=ids)
+@given(flow_id=ids, stream=stream_names, key=ids)
 def test_any_id_round_trips_through_http_and_sdk(
     server: RunningServer, flow_id: str, stream: str, key: str
 ) -> None:
@@ -179,7 +183,7 @@ async def test_sdk_maps_only_a_flow_lookup_miss_to_flow_not_found(tmp_path: Path
             with pytest.raises(DexServiceError) as caught:
                 await client.describe_flow("f")
             assert not isinstance(caught.value, FlowNotFoundError)
-            assert caught.value.code == "NOT_FOUND"
+            assert caught.value.error_code == "NOT_FOUND"
         options = ClientOptions(server_address=srv.address)
         async with AsyncClient(Registry([]), options=options) as client:
             with pytest.raises(FlowNotFoundError):
