@@ -165,7 +165,7 @@ def step_at(index: int) -> type[dex.Step[int]]:
 
 
 class Chaos(dex.Flow[int]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[int]:
         return dex.StepList.start_step(Work()).other_steps(Once(), Rescue(), Nap())
 
 

@@ -49,7 +49,7 @@ class Noop(dex.Step[int]):
 
 
 class Chain(dex.Flow[int]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[int]:
         return dex.StepList.start_step(Noop())
 
 

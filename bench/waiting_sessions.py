@@ -51,7 +51,7 @@ class Park(dex.Step[int]):
 
 
 class Waiting(dex.Flow[int]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[int]:
         return dex.StepList.start_step(Park())
 
     def get_persistence_schema(self) -> dex.PersistenceSchema:

@@ -92,12 +92,12 @@ class Chatty(dex.Step[str]):
 
 
 class SilentFailover(dex.Flow[str]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[str]:
         return dex.StepList.start_step(Silent())
 
 
 class OutputFailover(dex.Flow[str]):
-    def get_steps(self) -> dex.StepList:
+    def get_steps(self) -> dex.StepList[str]:
         return dex.StepList.start_step(Chatty())
 
 
