@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -108,3 +109,17 @@ class RawWorker:
 
 def raw(value: object) -> msgspec.Raw:
     return msgspec.Raw(msgspec.json.encode(value))
+
+
+async def silent(w: RawWorker, t: Task) -> TaskResult | None:
+    """A handler that answers nothing: the test sends the frames itself."""
+    return None
+
+
+async def first_task(w: RawWorker, timeout: float = 20.0) -> Task:
+    """Return the first task ``w`` received, waiting up to ``timeout`` seconds for it."""
+    deadline = time.monotonic() + timeout
+    while not w.tasks:
+        assert time.monotonic() < deadline, "no task arrived"
+        await asyncio.sleep(0.02)
+    return w.tasks[0]

@@ -35,7 +35,7 @@ from dex._protocol import (
 )
 from dex_server.testing import running_server
 
-from tests._rawworker import RawWorker, raw
+from tests._rawworker import RawWorker, first_task, raw, silent
 
 SPEC = FlowSpec(
     flow_type="Resume",
@@ -50,21 +50,9 @@ SPEC = FlowSpec(
 GRACE = {"worker_reconnect_grace_s": 60.0}
 
 
-async def silent(w: RawWorker, t: Task) -> TaskResult | None:
-    return None  # the test sends the frames itself
-
-
 async def start(http: httpx.AsyncClient, flow_id: str) -> None:
     body = encoder.encode(StartFlowRequest(flow_type="Resume", flow_id=flow_id, spec=SPEC))
     assert (await http.post("/v1/flows", content=body)).status_code == 200
-
-
-async def first_task(w: RawWorker) -> Task:
-    deadline = time.monotonic() + 20
-    while not w.tasks:
-        assert time.monotonic() < deadline, "no task arrived"
-        await asyncio.sleep(0.02)
-    return w.tasks[0]
 
 
 def complete(task: Task, output: str) -> ResultFrame:
