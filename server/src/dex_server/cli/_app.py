@@ -12,6 +12,7 @@ import typer
 from dex_server.cli._output import CliError, Connection, OutputFormat, Printer, usage_error
 
 DEFAULT_SERVER = "localhost:8801"
+DEFAULT_RPC_TIMEOUT_S = 10.0
 
 app = typer.Typer(
     name="dexcli",
@@ -22,6 +23,10 @@ app = typer.Typer(
 )
 flow_app = typer.Typer(help="List, inspect and stop Flows.", no_args_is_help=True)
 app.add_typer(flow_app, name="flow")
+session_app = typer.Typer(
+    help="List, inspect and answer agent sessions (dex-agents).", no_args_is_help=True
+)
+app.add_typer(session_app, name="session")
 
 
 class _State:
@@ -337,6 +342,209 @@ def flow_stop(
     from dex_server.cli import _flows
 
     _run(_flows.flow_stop(st.conn, st.out, flow_id, stop_type=stop_type, reason=reason))
+
+
+# --------------------------------------------------------------------------- session
+
+_RpcTimeout = Annotated[
+    float,
+    typer.Option(
+        "--rpc-timeout",
+        min=0.1,
+        help="Seconds to wait for a Worker to run the RPC (then: no Worker, exit 5).",
+    ),
+]
+
+
+@session_app.command("list")
+def session_list(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            help="starting, waiting-for-message, running-model, running-tools,"
+            " awaiting-approval, completed, failed, canceled, terminated; or a group:"
+            " active, running, closed.",
+        ),
+    ] = None,
+    flow_type: Annotated[
+        str | None, typer.Option("--type", help="Only sessions of this Flow type.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Most sessions listed.")] = 100,
+) -> None:
+    """List agent sessions, newest first (committed state: no Worker needed)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(_sessions.session_list(st.conn, st.out, status=status, flow_type=flow_type, limit=limit))
+
+
+@session_app.command("show")
+def session_show(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    messages: Annotated[
+        int, typer.Option("--messages", min=1, max=1000, help="Most recent messages shown.")
+    ] = 50,
+) -> None:
+    """Show a session: conversation, pending approvals, tool calls, usage (no Worker needed)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(_sessions.session_show(st.conn, st.out, session_id, messages=messages))
+
+
+@session_app.command("send")
+def session_send(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    text: Annotated[str, typer.Argument()],
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Queue a user message; a running turn finishes first."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_send(
+            st.conn, st.out, session_id, text, steer=False, rpc_timeout_s=rpc_timeout
+        )
+    )
+
+
+@session_app.command("steer")
+def session_steer(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    text: Annotated[str, typer.Argument()],
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """End the running turn at its next safe point and start one with TEXT."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_send(
+            st.conn, st.out, session_id, text, steer=True, rpc_timeout_s=rpc_timeout
+        )
+    )
+
+
+@session_app.command("approve")
+def session_approve(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    interrupt_id: Annotated[str, typer.Argument()],
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Approve a pending tool call (INTERRUPT is its interrupt ID, see `session show`)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_resolve(
+            st.conn,
+            st.out,
+            session_id,
+            interrupt_id,
+            approved=True,
+            reason=None,
+            rpc_timeout_s=rpc_timeout,
+        )
+    )
+
+
+@session_app.command("reject")
+def session_reject(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    interrupt_id: Annotated[str, typer.Argument()],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Told to the model as the tool's result.")
+    ] = None,
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Reject a pending tool call; the tool does not run."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_resolve(
+            st.conn,
+            st.out,
+            session_id,
+            interrupt_id,
+            approved=False,
+            reason=reason,
+            rpc_timeout_s=rpc_timeout,
+        )
+    )
+
+
+@session_app.command("cancel")
+def session_cancel(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Cancel the running turn (the session stays open for the next message)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(_sessions.session_cancel(st.conn, st.out, session_id, rpc_timeout_s=rpc_timeout))
+
+
+@session_app.command("stop")
+def session_stop(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    reason: Annotated[str | None, typer.Option("--reason")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the stop.")] = False,
+) -> None:
+    """Stop (cancel) the session's Flow for good (needs --yes); it stays readable."""
+    if not yes:
+        raise usage_error(f"refusing to stop session {session_id} without --yes")
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(_sessions.session_stop(st.conn, st.out, session_id, reason))
+
+
+@session_app.command("events")
+def session_events(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")
+    ] = False,
+    resume_token: Annotated[
+        str, typer.Option("--resume-token", help="Start after this event (default: oldest).")
+    ] = "",
+    until_turn_end: Annotated[
+        bool,
+        typer.Option("--until-turn-end", help="Stop after a turn completes, fails or ends."),
+    ] = False,
+    stop_after: Annotated[
+        float | None,
+        typer.Option("--stop-after", min=0.0, help="Stop following after this many seconds."),
+    ] = None,
+) -> None:
+    """Print the session's AgentEvents, highest attempt per Step execution (no Worker needed)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_events(
+            st.conn,
+            st.out,
+            session_id,
+            follow=follow,
+            resume_token=resume_token,
+            until_turn_end=until_turn_end,
+            stop_after_s=stop_after,
+        )
+    )
 
 
 __all__ = ["CliError", "app"]

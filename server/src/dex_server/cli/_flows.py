@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import dex
 import msgspec
-from dex._protocol import PROTOCOL_VERSION, HistoryEventWire
+from dex._protocol import HistoryEventWire
 
-from dex_server.cli._output import Connection, Printer, camel_keys, human_time, rfc3339, usage_error
+from dex_server.cli._output import (
+    EXIT_REQUEST_FAILED,
+    CliError,
+    Connection,
+    Printer,
+    camel_keys,
+    human_time,
+    not_found,
+    rfc3339,
+    usage_error,
+)
 
 STOP_TYPES = tuple(t.value for t in dex.StopType)
 STATUSES = tuple(s.value for s in dex.FlowStatus)
@@ -82,9 +91,29 @@ async def flow_list(
         ]
         for info in infos
     ]
+    if not rows and flow_type is not None:
+        # an empty table alone does not tell a misspelt type from a type with no Flows
+        out.line(await _no_flows_of_type(conn, flow_type, status))
+        return
     out.table(None, ["FLOW ID", "TYPE", "STATUS", "STARTED (UTC)", "CLOSED (UTC)"], rows)
     if token:
         out.line(f"more: --page-token {token} (or --all)")
+
+
+async def _no_flows_of_type(conn: Connection, flow_type: str, status: str | None) -> str:
+    """The line printed for an empty ``--type`` listing, with the types seen lately."""
+    async with connect(conn) as client:
+        page = await client.list_flows(page_size=1000)
+    seen = sorted({i.flow_type for i in page.flows})
+    what = f"no {status + ' ' if status else ''}Flows of type {flow_type!r}"
+    if flow_type in seen:
+        return what
+    close = [t for t in seen if t.lower() == flow_type.lower()]
+    if close:
+        return f"{what} (type names are case-sensitive: did you mean {close[0]!r}?)"
+    if seen:
+        return f"{what}; types of the newest Flows: {', '.join(seen[:20])}"
+    return f"{what}; the server holds no Flows"
 
 
 # --------------------------------------------------------------------------- flow show
@@ -134,12 +163,53 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
 # --------------------------------------------------------------------------- flow history
 
 
+async def _run_not_found(client: dex.AsyncClient, flow_id: str, run_id: str) -> CliError:
+    """The error for ``--run-id`` naming no run of an existing Flow (else: no such Flow)."""
+    try:
+        info = await client.describe_flow(flow_id)
+    except dex.FlowNotFoundError:
+        return not_found(f"no Flow with ID {flow_id!r}", code="FLOW_NOT_FOUND")
+    return not_found(
+        f"Flow {flow_id!r} has no run {run_id!r} (its latest run is {info.run_id})",
+        code="RUN_NOT_FOUND",
+    )
+
+
+# Top-level and context fields of history payloads that hold Unix seconds.
+_TIME_FIELDS = ("startedTime", "closedTime", "scheduledTime")
+
+
+def _payload_json(payload: msgspec.Raw) -> msgspec.Raw:
+    """The payload with its engine time fields as RFC 3339; user values stay byte for byte."""
+    try:
+        top = msgspec.json.decode(payload, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:
+        return payload
+    changed = False
+    for key in _TIME_FIELDS:
+        if key in top:
+            value = msgspec.json.decode(top[key])
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                top[key] = msgspec.Raw(msgspec.json.encode(rfc3339(value)))
+                changed = True
+    if "context" in top:
+        ctx = msgspec.json.decode(top["context"])
+        if isinstance(ctx, dict):
+            for key in _TIME_FIELDS:
+                value = ctx.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    ctx[key] = rfc3339(value)
+                    changed = True
+            top["context"] = msgspec.Raw(msgspec.json.encode(ctx))
+    return msgspec.Raw(msgspec.json.encode(top)) if changed else payload
+
+
 def _event_json(event: HistoryEventWire) -> dict[str, object]:
     return {
         "eventId": str(event.event_id),
         "eventTime": rfc3339(event.event_time),
         "type": event.type,
-        "payload": event.payload,
+        "payload": _payload_json(event.payload),
     }
 
 
@@ -155,10 +225,19 @@ def _event_row(event: HistoryEventWire) -> list[str]:
         what = str(payload.get("status", ""))
     elif event.type == "FlowStarted":
         what = str(payload.get("startStepType") or payload.get("flowType") or "")
-    detail = f"attempt {ctx['finalAttempt']}" if "finalAttempt" in ctx else ""
+    parts = [f"attempt {ctx['finalAttempt']}"] if "finalAttempt" in ctx else []
     duration = ctx.get("duration")
     if isinstance(duration, int | float):
-        detail += f", {duration * 1000:.1f} ms"
+        parts.append(f"{duration * 1000:.1f} ms")
+    output = payload.get("output")
+    failure = output.get("failure") if isinstance(output, dict) else None
+    if isinstance(failure, dict):
+        parts.append(f"{failure.get('errorType') or 'error'}: {failure.get('message') or ''}")
+    if event.type == "FlowClosed":
+        error = payload.get("errorMessage") or payload.get("errorDetail")
+        if payload.get("errorType") or error:
+            parts.append(f"{payload.get('errorType') or 'reason'}: {error or ''}".rstrip(": "))
+    detail = ", ".join(parts)
     return [str(event.event_id), human_time(event.event_time, short=True), event.type, what, detail]
 
 
@@ -176,9 +255,14 @@ async def flow_history(
     token = page_token
     async with connect(conn) as client:
         while True:
-            page = await client.get_history(
-                flow_id, run_id=run_id, page_size=page_size, page_token=token
-            )
+            try:
+                page = await client.get_history(
+                    flow_id, run_id=run_id, page_size=page_size, page_token=token
+                )
+            except dex.FlowNotFoundError:
+                if run_id:
+                    raise await _run_not_found(client, flow_id, run_id) from None
+                raise
             run_id = page.run_id
             events.extend(page.events)
             token = page.next_page_token or None
@@ -213,11 +297,27 @@ async def flow_stop(
         raise usage_error(f"--type: expected one of {', '.join(STOP_TYPES)}, got {stop_type!r}")
     options = dex.StopFlowOptions(type=dex.StopType(stop_type), reason=reason)
     async with connect(conn) as client:
-        await client.stop_flow(flow_id, options)
+        try:
+            await client.stop_flow(flow_id, options)
+        except dex.FlowNotActiveOrNotFoundError:
+            raise await not_active(client, flow_id) from None
     if out.json:
         out.emit_json({"flowId": flow_id, "stopped": True, "type": stop_type})
     else:
         out.line(f"stop requested for {flow_id} ({stop_type})")
+
+
+async def not_active(client: dex.AsyncClient, flow_id: str, what: str = "stop") -> CliError:
+    """Tell an unknown Flow (exit 3) from one that is no longer running (exit 1)."""
+    try:
+        info = await client.describe_flow(flow_id)
+    except dex.FlowNotFoundError:
+        return not_found(f"no Flow with ID {flow_id!r}", code="FLOW_NOT_FOUND")
+    return CliError(
+        f"Flow {flow_id!r} is not running (it is {info.status.value}); {what} changed nothing",
+        code="FLOW_NOT_ACTIVE",
+        exit_code=EXIT_REQUEST_FAILED,
+    )
 
 
 async def health(conn: Connection, out: Printer) -> bool:
@@ -241,16 +341,7 @@ async def health(conn: Connection, out: Printer) -> bool:
     return bool(result.ok)
 
 
-def cli_version() -> str:
-    try:
-        return version("dex-server")
-    except PackageNotFoundError:  # running from a source tree without metadata
-        return "0+unknown"
-
-
 def show_version(out: Printer) -> None:
-    record = {"dexcli": cli_version(), "protocol": PROTOCOL_VERSION}
-    if out.json:
-        out.emit_json(record)
-    else:
-        out.line(f"dexcli {record['dexcli']} (protocol {PROTOCOL_VERSION})")
+    from dex_server.cli import _print_version
+
+    _print_version(out.json)

@@ -13,10 +13,18 @@ import msgspec
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-# Exit codes shared by every command.
+# Exit codes shared by every command (documented in docs/cli.md).
+EXIT_OK = 0
 EXIT_REQUEST_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_UNREACHABLE = 4
+EXIT_NO_WORKER = 5
+
+# Piped output is not wrapped: a table row stays one line however wide it is.
+_PIPE_WIDTH = 10_000
 
 
 class OutputFormat(enum.StrEnum):
@@ -47,6 +55,10 @@ def usage_error(message: str) -> CliError:
     return CliError(message, code="USAGE", exit_code=EXIT_USAGE)
 
 
+def not_found(message: str, *, code: str = "NOT_FOUND") -> CliError:
+    return CliError(message, code=code, exit_code=EXIT_NOT_FOUND)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Printer:
     """Writes results to stdout and errors to stderr in the chosen format."""
@@ -66,13 +78,18 @@ class Printer:
     def table(
         self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]
     ) -> None:
-        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+        table = Table(
+            title=Text(title) if title else None,
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            header_style="bold",
+        )
         # Identifiers and times stay on one line; only the last column wraps.
         for i, column in enumerate(columns):
             last = i == len(columns) - 1
             table.add_column(column, overflow="fold", no_wrap=not last)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # values are never markup
         self.console().print(table)
 
     def fields(self, pairs: Sequence[tuple[str, str]]) -> None:
@@ -80,14 +97,21 @@ class Printer:
         table.add_column(style="bold")
         table.add_column(overflow="fold")
         for key, value in pairs:
-            table.add_row(key, value)
+            table.add_row(key, Text(value))
         self.console().print(table)
 
     def line(self, text: str) -> None:
-        self.console().print(text, highlight=False, soft_wrap=True)
+        self.console().print(text, highlight=False, markup=False, soft_wrap=True)
 
     def console(self) -> Console:
-        return Console(soft_wrap=False)
+        if sys.stdout.isatty():
+            return Console(soft_wrap=False)
+        return Console(soft_wrap=False, width=_PIPE_WIDTH, no_color=True)
+
+    def emit_json_line(self, obj: object) -> None:
+        """One compact JSON document per line (``--follow`` streams)."""
+        sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+        sys.stdout.flush()
 
     def error(self, err: CliError) -> None:
         if self.json:
