@@ -28,6 +28,7 @@ import dex
 import pytest
 from dex._protocol import PROTOCOL_VERSION
 from dex_server.cli import main
+from dex_server.cli._sessions import AttemptGroups, group_events, session_status
 from dex_server.testing import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,3 +328,43 @@ def test_token_from_option_and_env(tmp_path: Path) -> None:
         assert run_cli(*base, "flow", "list", env={"DEX_TOKEN": "s3cret"}).code == 0
     finally:
         asyncio.run(server.stop())
+
+
+# --------------------------------------------------------------------------- session helpers
+
+
+def test_attempt_grouping_keeps_the_highest_attempt() -> None:
+    def ev(step: str, attempt: int, kind: str, text: str = "") -> dict[str, Any]:
+        data = {"text": text} if text else {}
+        return {
+            "type": kind,
+            "turn_id": "turn-1",
+            "step_execution_id": step,
+            "attempt": attempt,
+            "data": data,
+        }
+
+    events = [
+        ev("RunModel-1", 1, "text_delta", "partial fir"),
+        ev("CallTool-1", 1, "tool_call_started"),
+        ev("RunModel-1", 2, "text_delta", "second "),
+        ev("RunModel-1", 1, "text_delta", "late, from the lost attempt"),
+        ev("RunModel-1", 2, "text_delta", "try"),
+    ]
+    groups = group_events(events)
+    assert [(g["stepExecutionId"], g["attempt"], g["text"]) for g in groups] == [
+        ("CallTool-1", 1, ""),
+        ("RunModel-1", 2, "second try"),
+    ]
+    live = AttemptGroups()
+    seen = [live.offer(e) for e in events]
+    assert seen == [(True, None), (True, None), (True, 1), (False, None), (True, None)]
+
+
+def test_session_status_words() -> None:
+    assert session_status("running", None, []) == "starting"
+    assert session_status("running", {"status": "running_model"}, []) == "running-model"
+    assert session_status("running", {"status": "running_tools"}, [{}]) == "awaiting-approval"
+    state = {"status": "waiting_for_user_message"}
+    assert session_status("running", state, []) == "waiting-for-message"
+    assert session_status("canceled", state, []) == "canceled"
