@@ -34,6 +34,7 @@ from dex_server.testing import RunningServer
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "hello_flow"
 DEXCLI = Path(sys.executable).parent / "dexcli"
+STOP_REASON = "operator stopped the order for a manual check"
 
 
 def dexcli_cmd() -> list[str]:
@@ -259,7 +260,7 @@ def test_flow_stop_needs_yes_then_stops(stack: Stack) -> None:
     assert refused.err.count("\n") == 1 and "--yes" in refused.err
 
     stopped = stack.cli(
-        "flow", "stop", stack.open_id, "--type", "terminate", "--reason", "t", "--yes"
+        "flow", "stop", stack.open_id, "--type", "terminate", "--reason", STOP_REASON, "--yes"
     )
     assert stopped.code == 0, stopped.err
     wait_until(
@@ -270,21 +271,101 @@ def test_flow_stop_needs_yes_then_stops(stack: Stack) -> None:
     )
     again = stack.cli("-o", "json", "flow", "stop", stack.open_id, "--yes")
     assert again.code == 1
-    assert json.loads(again.err)["error"]["code"] == "FLOW_NOT_ACTIVE"
+    error = json.loads(again.err)["error"]
+    assert error["code"] == "FLOW_NOT_ACTIVE" and "it is terminated" in error["message"]
+    # the history table shows why it stopped
+    hist = stack.cli("flow", "history", stack.open_id)
+    (closed,) = [ln for ln in hist.out.splitlines() if "FlowClosed" in ln]
+    assert "terminated" in closed and STOP_REASON in closed
 
 
-def test_request_errors_are_one_line_with_exit_1(stack: Stack) -> None:
+def test_flow_stop_of_an_unknown_flow_says_not_found(stack: Stack) -> None:
+    nope = stack.cli("-o", "json", "flow", "stop", "nope", "--yes")
+    assert nope.code == 3
+    error = json.loads(nope.err)["error"]
+    assert error["code"] == "FLOW_NOT_FOUND" and error["message"] == "no Flow with ID 'nope'"
+    assert "not running" not in error["message"]
+
+
+def test_history_of_an_unknown_run_says_run_not_found(stack: Stack) -> None:
+    bogus = stack.cli("-o", "json", "flow", "history", stack.done_id, "--run-id", "bogus")
+    assert bogus.code == 3
+    error = json.loads(bogus.err)["error"]
+    assert error["code"] == "RUN_NOT_FOUND"
+    assert f"Flow {stack.done_id!r} has no run 'bogus'" in error["message"]
+    neither = stack.cli("-o", "json", "flow", "history", "nope", "--run-id", "bogus")
+    assert neither.code == 3 and json.loads(neither.err)["error"]["code"] == "FLOW_NOT_FOUND"
+
+
+def test_list_of_an_unknown_type_says_so(stack: Stack) -> None:
+    # exit 0 (an empty answer is an answer), with a line that names the type
+    unknown = stack.cli("flow", "list", "--type", "NoSuchType")
+    assert unknown.code == 0, unknown.err
+    assert unknown.out.startswith("no Flows of type 'NoSuchType'; types of the newest Flows:")
+    assert "OrderFlow" in unknown.out
+    case = stack.cli("flow", "list", "--type", "orderflow")
+    assert "did you mean 'OrderFlow'?" in case.out
+    as_json = stack.cli("-o", "json", "flow", "list", "--type", "NoSuchType")
+    assert as_json.code == 0 and as_json.json()["flows"] == []
+
+
+def test_global_options_after_the_command(stack: Stack) -> None:
+    # exactly as docs/getting-started.md writes it
+    hist = run_cli("flow", "history", stack.done_id, "-o", "json", "--server", stack.address)
+    assert hist.code == 0, hist.err
+    assert hist.json()["flowId"] == stack.done_id
+    listed = run_cli("flow", "list", f"--server={stack.address}", "--output=json", "--all")
+    assert listed.code == 0, listed.err
+    assert stack.done_id in {f["flowId"] for f in listed.json()["flows"]}
+    mixed = run_cli("--server", stack.address, "flow", "show", stack.done_id, "-ojson")
+    assert mixed.json()["status"] == "completed"
+    # a usage error after the command still answers in JSON
+    bad = run_cli("flow", "list", "--status", "sleeping", "-o", "json")
+    assert bad.code == 2 and json.loads(bad.err)["error"]["code"] == "USAGE"
+
+
+def test_history_payload_times_are_rfc3339(stack: Stack) -> None:
+    doc = stack.cli("-o", "json", "flow", "history", stack.done_id).json()
+    steps = [e for e in doc["events"] if e["type"] == "StepExecuteCompleted"]
+    assert steps
+    for event in steps:
+        context = event["payload"]["context"]
+        assert context["startedTime"].endswith("Z")
+        datetime.fromisoformat(context["startedTime"].replace("Z", "+00:00"))
+        assert isinstance(context["duration"], float)  # durations stay seconds
+
+
+def test_piped_tables_do_not_wrap(stack: Stack) -> None:
+    proc = subprocess.run(
+        [*dexcli_cmd(), "--server", stack.address, "flow", "history", stack.done_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "30"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln for ln in proc.stdout.splitlines() if "StepExecuteCompleted" in ln]
+    assert len(rows) == 4
+    assert all("ChargePayment-1" in r or "attempt 1" in r for r in rows)
+    assert all("attempt 1, " in r and r.rstrip().endswith(" ms") for r in rows)
+
+
+def test_request_errors_are_one_line_with_their_exit_code(stack: Stack) -> None:
     missing = stack.cli("flow", "show", "no-such-flow")
-    assert missing.code == 1 and missing.out == ""
+    assert missing.code == 3 and missing.out == ""  # 3: not found
     assert missing.err.startswith("error: ") and missing.err.count("\n") == 1
 
     as_json = stack.cli("--output", "json", "flow", "history", "no-such-flow")
-    assert as_json.code == 1
+    assert as_json.code == 3
     assert json.loads(as_json.err)["error"]["code"] == "FLOW_NOT_FOUND"
 
     down = run_cli("--server", "127.0.0.1:1", "--timeout", "5", "-o", "json", "health")
-    assert down.code == 1
-    assert json.loads(down.err)["error"]["code"] == "UNAVAILABLE"
+    assert down.code == 4  # 4: the server cannot be reached
+    error = json.loads(down.err)["error"]
+    assert error["code"] == "UNAVAILABLE"
+    assert "cannot reach the Dex server at 127.0.0.1:1" in error["message"]
+    listed = run_cli("flow", "list", "--server", "127.0.0.1:1", "--timeout", "5")
+    assert listed.code == 4 and "127.0.0.1:1" in listed.err
 
 
 def test_usage_errors_exit_2(stack: Stack) -> None:
@@ -301,7 +382,7 @@ def test_console_script(stack: Stack) -> None:
     assert listed.code == 0, listed.err
     assert stack.done_id in {f["flowId"] for f in listed.json()["flows"]}
     missing = run_cli_process("--server", stack.address, "-o", "json", "flow", "show", "nope")
-    assert missing.code == 1
+    assert missing.code == 3
     assert json.loads(missing.err)["error"]["code"] == "FLOW_NOT_FOUND"
 
 
@@ -313,6 +394,25 @@ def test_health_and_version(stack: Stack) -> None:
     version = run_cli("-o", "json", "version")
     assert version.code == 0 and version.json()["protocol"] == PROTOCOL_VERSION
     assert run_cli("version").out.startswith("dexcli ")
+    assert run_cli("version", "-o", "json").json()["protocol"] == PROTOCOL_VERSION
+
+
+def test_version_imports_neither_typer_nor_the_sdk() -> None:
+    # the fast path of `dexcli version`: only the standard library is imported
+    probe = (
+        "import sys\n"
+        "from dex_server.cli import main\n"
+        "try:\n"
+        "    main(['version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in ('typer', 'rich', 'dex', 'httpx') if m in sys.modules)\n"
+        "print('heavy=' + ','.join(heavy))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.splitlines()[-1] == "heavy=", proc.stdout
 
 
 def test_token_from_option_and_env(tmp_path: Path) -> None:
