@@ -686,6 +686,12 @@ def _describe(event: dict[str, Any]) -> str:
         return f"{data.get('interrupt_id', '')} {verdict}" + (f": {why}" if why else "")
     if kind == "turn_failed":
         return str(data.get("error", ""))
+    if kind == "usage_recorded":
+        used = data.get("recorded") or {}
+        return (
+            f"{used.get('requests', 0)} requests, {used.get('input_tokens', 0)} in /"
+            f" {used.get('output_tokens', 0)} out tokens"
+        )
     return ", ".join(f"{k}={v}" for k, v in data.items()) if data else ""
 
 
