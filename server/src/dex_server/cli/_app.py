@@ -16,7 +16,7 @@ DEFAULT_RPC_TIMEOUT_S = 10.0
 
 app = typer.Typer(
     name="dexcli",
-    help="Run a Dex server and look at its Flows.",
+    help="Run a Dex server and look at its Flows and agent sessions.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
