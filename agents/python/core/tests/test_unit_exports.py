@@ -59,6 +59,8 @@ EXPECTED = {
     "ToolExecutionError",
     "ToolExecutionResult",
     "ToolPolicy",
+    "SourceTool",
+    "ToolSource",
     "TurnCompleted",
     "TurnControl",
     "TurnControlKind",

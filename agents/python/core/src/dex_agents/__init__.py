@@ -77,6 +77,7 @@ from dex_agents._text import (
     describe_tool_call_outcome,
     message_sequence_key,
 )
+from dex_agents._tool_sources import SourceTool, ToolSource
 
 __all__ = [
     "AGENT_EVENTS",
@@ -134,6 +135,8 @@ __all__ = [
     "ToolExecutionError",
     "ToolExecutionResult",
     "ToolPolicy",
+    "SourceTool",
+    "ToolSource",
     "TurnCompleted",
     "TurnControl",
     "TurnControlKind",
