@@ -26,7 +26,7 @@ _STEP_EVENTS = (
     "StepExecuteFailed",
 )
 _WAIT_FOR_PHASES = ("queued_wait_for", "running_wait_for", "waiting")
-_NODE_W, _NODE_H, _GAP_X, _GAP_Y, _PAD = 190, 62, 70, 26, 14
+_NODE_W, _NODE_H, _GAP_X, _GAP_Y, _PAD = 200, 62, 70, 30, 14
 
 
 @dataclass
@@ -137,28 +137,33 @@ def _edges(type_of: dict[str, str], parent_of: dict[str, str]) -> list[Edge]:
 
 def _layers(g: Graph) -> list[list[str]]:
     """Columns by distance from the start over this run's edges; Steps never run come last."""
-    out: dict[int, list[str]] = defaultdict(list)
     starts = [n.step_type for n in g.nodes.values() if n.is_start] or [
         e.target for e in g.edges if e.source == START
     ]
-    depth: dict[str, int] = {s: 0 for s in starts}
-    frontier = list(starts)
+    depth: dict[str, int] = {}
+    _spread(g, depth, starts, 0)
+    # Steps reached only from RPCs sit beside the start
+    _spread(g, depth, [e.target for e in g.edges if e.source.startswith("__rpc/")], 1)
+    # Steps this run never reached come after everything, with their failure routes
+    _spread(g, depth, [n for n in g.nodes if n not in depth], max(depth.values(), default=-1) + 1)
+    out: dict[int, list[str]] = defaultdict(list)
+    for name in g.nodes:
+        out[depth[name]].append(name)
+    return [out[k] for k in sorted(out)]
+
+
+def _spread(g: Graph, depth: dict[str, int], roots: list[str], at: int) -> None:
+    frontier = [r for r in dict.fromkeys(roots) if r not in depth and r in g.nodes]
+    for r in frontier:
+        depth[r] = at
     while frontier:
         nxt: list[str] = []
         for src in frontier:
             for e in g.edges:
-                if e.source == src and e.target not in depth:
+                if e.source == src and e.target in g.nodes and e.target not in depth:
                     depth[e.target] = depth[src] + 1
                     nxt.append(e.target)
         frontier = nxt
-    # Steps reached only from RPCs sit beside the start; the rest after everything
-    for e in g.edges:
-        if e.source.startswith("__rpc/") and e.target not in depth:
-            depth[e.target] = 1
-    last = max(depth.values(), default=-1) + 1
-    for name in g.nodes:
-        out[depth.get(name, last)].append(name)
-    return [out[k] for k in sorted(out)]
 
 
 def _phase_label(n: Node) -> str:
@@ -204,7 +209,7 @@ def render(g: Graph) -> Safe:
             mid = (sx + ex) // 2
             d = f"M{sx} {sy} C{mid} {sy} {mid} {ey} {ex - 2} {ey}"
             lx, ly = mid, (sy + ey) // 2 - 4
-        label = "on failure" if e.failure_route else (f"×{e.fan_out}" if e.fan_out > 1 else "")
+        label = f"×{e.fan_out}" if e.fan_out > 1 and not e.failure_route else ""
         edges_svg.append(
             f'<path class="{cls}" d="{d}" marker-end="url(#arrow)"'
             f' data-from="{h(e.source)}" data-to="{h(e.target)}"/>'
@@ -252,7 +257,7 @@ def render(g: Graph) -> Safe:
             tag_text += f" ×{len(n.active_phases)}"
         if tag_text:
             parts.append(
-                f'<text class=badge x="{x + _NODE_W - 8}" y="{y + 18}">{h(tag_text)}</text>'
+                f'<text class=badge x="{x + _NODE_W - 4}" y="{y - 5}">{h(tag_text)}</text>'
             )
         parts.append("</g>")
         nodes_svg.append("".join(parts))
@@ -282,7 +287,7 @@ def render(g: Graph) -> Safe:
     )
 
 
-def _short(name: str, limit: int = 24) -> str:
+def _short(name: str, limit: int = 25) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 

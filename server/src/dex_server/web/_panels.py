@@ -13,7 +13,7 @@ from dex_server.web._html import Safe, duration, h, join, json_block, tag, when
 NOTE_PREFIX = "[Dex] The previous turn "
 
 
-def countdown(deadline: float, now: float) -> Safe:
+def countdown(deadline: float, now: float, *, until: bool = True) -> Safe:
     """Remaining time until ``deadline`` as text (rendered by the server, at page load)."""
     left = deadline - now
     if left <= 0:
@@ -22,7 +22,7 @@ def countdown(deadline: float, now: float) -> Safe:
         text, soon = f"{duration(left)} left", left < 60
     return Safe(
         f'<span class="countdown{" soon" if soon else ""}" data-deadline="{deadline:.3f}">'
-        f"{h(text)}</span> (until {when(deadline)})"
+        f"{h(text)}</span>" + (f" (until {when(deadline)})" if until else "")
     )
 
 
@@ -32,7 +32,7 @@ def timers_panel(timers: list[_reads.TimerView], now: float) -> Safe:
         Safe(
             f"<tr><td>{h(t.execution_id)}</td><td>{h(t.step_type)}</td>"
             f"<td>{h(t.condition_id or '')}</td><td>{when(t.fire_at)}</td>"
-            f"<td>{countdown(t.fire_at, now)}</td><td>{h(t.wait_mode)}</td></tr>"
+            f"<td>{countdown(t.fire_at, now, until=False)}</td><td>{h(t.wait_mode)}</td></tr>"
         )
         for t in timers
     )

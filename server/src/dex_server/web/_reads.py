@@ -415,7 +415,8 @@ def turns(tx: Tx, run_id: str) -> tuple[list[TurnView], bool]:
     current = ""
     total: dict[str, int] = {}
     for _, _, ty, payload in rows:
-        if not ty.startswith("Step"):
+        # Steps and RPCs write the session's records (a cancel finishes waiting calls)
+        if not ty.startswith("Step") and ty != "RpcExecutionCompleted":
             continue
         try:
             ev = json.loads(payload)
@@ -463,3 +464,38 @@ def _turn_number(turn_id: str) -> int:
         return int(turn_id.rsplit("-", 1)[-1])
     except ValueError:
         return 0
+
+
+def blob_ids(value: object) -> list[str]:
+    """The blob references inside a decoded history payload, in order, each once."""
+    found: list[str] = []
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            ref = v.get("__dexBlobReference")
+            if isinstance(ref, dict) and isinstance(ref.get("id"), str):
+                found.append(ref["id"])
+                return
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    return list(dict.fromkeys(found))
+
+
+def event_blob(tx: Tx, flow_id: str, event_id: int, blob: str) -> bytes | None:
+    """A value one history event refers to by blob reference (None unless it does)."""
+    found = event_payload(tx, flow_id, event_id)
+    if found is None:
+        return None
+    try:
+        refs = blob_ids(json.loads(found[1]))
+    except ValueError:
+        return None
+    if blob not in refs:
+        return None
+    data = tx.blobs.get(blob)
+    return bytes(data) if data is not None else None

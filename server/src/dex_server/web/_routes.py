@@ -479,7 +479,7 @@ class WebUI:
                     f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
                     f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
                     f"{value_block(raw, '/ui/flow/event', id=flow_id, event=int(e.event_id))}"
-                    "</details></li>"
+                    f"{_blob_links(payload, flow_id, int(e.event_id))}</details></li>"
                 )
             )
         nxt = view.history.next_page_token
@@ -513,7 +513,19 @@ class WebUI:
         found = await self._read(lambda tx: _reads.event_payload(tx, fid, int(text)))
         if found is None:
             return _page("Not found", _notice(f"Flow {fid} has no event #{text}.", error=True), 404)
+        blob = request.query_params.get("blob", "")
         back = tag("p", link("/ui/flow", f"Back to Flow {fid}", id=fid))
+        if blob:
+            data = await self._read(lambda tx: _reads.event_blob(tx, fid, int(text), blob))
+            if data is None:
+                return _page(
+                    "Not found",
+                    _notice(f"Event #{text} of Flow {fid} refers to no value {blob}.", error=True),
+                    404,
+                )
+            return _page(
+                f"A value of event #{text} ({found[0]}) of {fid}", join([back, json_block(data)])
+            )
         return _page(f"Event #{text} ({found[0]}) of {fid}", join([back, json_block(found[1])]))
 
     async def _stop(self, request: Request, ctx: Ctx) -> Response:
@@ -786,6 +798,28 @@ def _turn_controls_text() -> Safe:
         " starts the next turn. Cancel: the running turn stops (a model call is dropped,"
         " started tool calls finish) and no turn starts until the next message.</p>"
     )
+
+
+def _blob_links(payload: object, flow_id: str, event_id: int) -> Safe:
+    """Links to the values an event keeps apart (stored as blobs), loaded on demand."""
+    ids = _reads.blob_ids(payload)
+    if not ids:
+        return Safe("")
+    links = join(
+        Safe(
+            "<li>"
+            + link(
+                "/ui/flow/event",
+                f"Load the value stored apart ({b[:12]}…)",
+                id=flow_id,
+                event=event_id,
+                blob=b,
+            )
+            + "</li>"
+        )
+        for b in ids
+    )
+    return Safe(f"<ul class=large-value>{links}</ul>")
 
 
 def _time_filters(after_text: str, before_text: str) -> Safe:
