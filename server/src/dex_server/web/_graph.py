@@ -26,7 +26,7 @@ _STEP_EVENTS = (
     "StepExecuteFailed",
 )
 _WAIT_FOR_PHASES = ("queued_wait_for", "running_wait_for", "waiting")
-_NODE_W, _NODE_H, _GAP_X, _GAP_Y, _PAD = 200, 62, 70, 30, 14
+_NODE_W, _NODE_H, _GAP_X, _GAP_Y, _PAD = 184, 62, 46, 30, 12
 
 
 @dataclass
@@ -144,8 +144,12 @@ def _layers(g: Graph) -> list[list[str]]:
     _spread(g, depth, starts, 0)
     # Steps reached only from RPCs sit beside the start
     _spread(g, depth, [e.target for e in g.edges if e.source.startswith("__rpc/")], 1)
-    # Steps this run never reached come after everything, with their failure routes
-    _spread(g, depth, [n for n in g.nodes if n not in depth], max(depth.values(), default=-1) + 1)
+    # Steps this run never reached come after everything, their failure routes beside them
+    later = max(depth.values(), default=-1) + 1
+    unreached = [n for n in g.nodes if n not in depth]
+    targets = {e.target for e in g.edges if e.source in unreached and e.source != e.target}
+    _spread(g, depth, [n for n in unreached if n not in targets], later)
+    _spread(g, depth, [n for n in g.nodes if n not in depth], later)
     out: dict[int, list[str]] = defaultdict(list)
     for name in g.nodes:
         out[depth[name]].append(name)

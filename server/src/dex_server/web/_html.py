@@ -150,7 +150,7 @@ svg.graph .idle .box{fill:#f3f4f6;stroke-dasharray:3 3}
 svg.graph .next .box{fill:#fff8e1;stroke:#d89b00;stroke-width:2}
 svg.graph .active .box{fill:#e6f6ee;stroke:#0a6;stroke-width:2.5}
 svg.graph .start .box{stroke-width:2}
-svg.graph .name{font-weight:600}
+svg.graph .name{font-weight:600;font-size:11.5px}
 svg.graph .phase{fill:#eef1f4;stroke:#c7ced6}
 svg.graph .phase.wait-for{fill:#eaf1fb}
 svg.graph .phase.on{fill:#0a6;stroke:#075}
