@@ -289,3 +289,34 @@ def test_value_pages_check_what_they_show(open_ui: TestClient) -> None:
     assert r.status_code == 404
     page = open_ui.get("/ui/flow", params={"id": "v-1"}).text
     assert "<section id=step-graph>" in page and "<table id=timers>" in page
+
+
+def test_an_active_step_that_has_not_moved_learns_next_steps_from_other_runs() -> None:
+    from dex._protocol import ActiveStepWire, FlowSpec, StepSpec
+    from dex_server.web import _graph
+
+    spec = FlowSpec(
+        flow_type="Loop",
+        start_step="A",
+        steps=[StepSpec(step_type=t) for t in ("A", "B", "C")],
+    )
+    events = [_step_event("StepExecuteCompleted", "A", "A-1", "__start__")]
+    active = [
+        ActiveStepWire(
+            step_execution_id="B-1", step_type="B", from_step_execution_id="A-1", phase="waiting"
+        )
+    ]
+    alone = _graph.build(spec, events, active)
+    assert _graph.unmoved_active(alone) and not any(n.next for n in alone.nodes.values())
+    other = [
+        _step_event("StepExecuteCompleted", "A", "A-1", "__start__"),
+        _step_event("StepExecuteCompleted", "B", "B-1", "A-1"),
+        _step_event("StepExecuteCompleted", "C", "C-1", "B-1"),
+    ]
+    learned = _graph.moves(other)
+    assert ("B", "C") in learned and ("__start__", "A") in learned
+    g = _graph.build(spec, events, active, learned=learned)
+    assert g.nodes["C"].next and not g.nodes["A"].next
+    (edge,) = [e for e in g.edges if e.learned]
+    assert (edge.source, edge.target) == ("B", "C")
+    assert 'class="edge learned"' in _graph.render(g)

@@ -51,6 +51,7 @@ class Edge:
     count: int = 0
     fan_out: int = 1  # most executions of ``target`` one source execution started
     failure_route: bool = False
+    learned: bool = False  # a move other runs of the Flow type made, not this one
 
 
 @dataclass
@@ -66,8 +67,13 @@ def build(
     active: list[ActiveStepWire],
     *,
     truncated: bool = False,
+    learned: Iterable[tuple[str, str]] = (),
 ) -> Graph:
-    """The graph of one run from its spec, its Step events ``(type, payload)`` and live steps."""
+    """The graph of one run from its spec, its Step events ``(type, payload)`` and live steps.
+
+    ``learned`` are moves ``(source, target)`` other runs of the Flow type made: an active
+    Step this run has not moved from yet gets its next Steps from them.
+    """
     nodes: dict[str, Node] = {}
     if spec is not None:
         for s in spec.steps:
@@ -88,10 +94,27 @@ def build(
     for a in active:
         nodes[a.step_type].active_phases.append(a.phase)
     active_types = {a.step_type for a in active}
+    moved = {e.source for e in edges if not e.failure_route}
+    seen = {(e.source, e.target) for e in edges}
+    for src, dst in dict.fromkeys(learned):
+        if src in active_types and src not in moved and dst in nodes and (src, dst) not in seen:
+            edges.append(Edge(src, dst, learned=True))
     for e in edges:
         if e.source in active_types and e.target in nodes:
             nodes[e.target].next = True
     return Graph(nodes=nodes, edges=edges, truncated=truncated)
+
+
+def moves(step_events: Iterable[tuple[str, bytes]]) -> list[tuple[str, str]]:
+    """The ``(source, target)`` Step type moves of a run's Step events."""
+    type_of, parent_of = _executions(step_events, [])
+    return [(e.source, e.target) for e in _edges(type_of, parent_of)]
+
+
+def unmoved_active(g: Graph) -> bool:
+    """Whether an active Step of ``g`` has not moved anywhere in this run yet."""
+    moved = {e.source for e in g.edges if not e.failure_route}
+    return any(n.active and n.step_type not in moved for n in g.nodes.values())
 
 
 def _executions(
@@ -202,7 +225,7 @@ def render(g: Graph) -> Safe:
             x0, y0 = pos[e.source]
             sx, sy = x0 + _NODE_W, y0 + _NODE_H // 2
         ex, ey = tx, ty + _NODE_H // 2
-        cls = "edge failure" if e.failure_route else "edge"
+        cls = "edge failure" if e.failure_route else ("edge learned" if e.learned else "edge")
         if e.source != START and ex <= sx:
             # a loop back (or a move within a column): arc under the boxes
             drop = max(sy, ey) + _NODE_H // 2 + 14
@@ -214,6 +237,8 @@ def render(g: Graph) -> Safe:
             d = f"M{sx} {sy} C{mid} {sy} {mid} {ey} {ex - 2} {ey}"
             lx, ly = mid, (sy + ey) // 2 - 4
         label = f"×{e.fan_out}" if e.fan_out > 1 and not e.failure_route else ""
+        if e.learned:
+            label = "other runs"
         edges_svg.append(
             f'<path class="{cls}" d="{d}" marker-end="url(#arrow)"'
             f' data-from="{h(e.source)}" data-to="{h(e.target)}"/>'
@@ -281,7 +306,8 @@ def render(g: Graph) -> Safe:
         " Boxes are the Flow type's Steps, split into <code>wait_for</code> and"
         " <code>execute</code>; arrows are the moves this run made (×N: one execution started"
         " N in parallel), dashed arrows failure routes. Next: where an active Step moved"
-        " before in this run.</p>"
+        " before in this run, or, if it has not moved yet, in recent runs of the Flow type"
+        " (dotted arrows).</p>"
         + (
             "<p class=notice>The graph shows the first part of a long history only.</p>"
             if g.truncated
@@ -308,6 +334,7 @@ def _facts(g: Graph) -> Safe:
             bits.append("next")
         outs = [
             f"{e.target}{' (on failure)' if e.failure_route else ''}"
+            + (" (in other runs)" if e.learned else "")
             + (f" ×{e.fan_out} in parallel" if e.fan_out > 1 else "")
             for e in g.edges
             if e.source == name

@@ -160,6 +160,7 @@ svg.graph .badge{text-anchor:end;font-size:11px;font-weight:600;fill:#075}
 svg.graph .next .badge{fill:#a67300}
 svg.graph .edge{fill:none;stroke:#6b7785;stroke-width:1.4}
 svg.graph .edge.failure{stroke:#c22;stroke-dasharray:5 4}
+svg.graph .edge.learned{stroke:#d89b00;stroke-dasharray:1.5 3}
 svg.graph .edge-label{font-size:11px;font-weight:600;fill:#444}
 svg.graph marker path{fill:#6b7785}
 svg.graph .start-dot{fill:#1d232a}

@@ -19,6 +19,10 @@ from dex_server.web._graph import Graph
 # the Step graph and a session's turns read at most this much history
 _HISTORY_SCAN = 20_000
 _HISTORY_CHUNK = 1_000
+# an active Step that has not moved yet in its run learns its next Steps from this many
+# of the newest other runs of its Flow type, this many events of each
+_LEARN_RUNS = 5
+_LEARN_EVENTS = 2_000
 # a prefix filter scans pages of this many Flows, at most this many times per request
 _SCAN_PAGE = 500
 _SCAN_PAGES = 20
@@ -185,9 +189,18 @@ def flow_view(
     pending = tx.channels.pending(flow.run_id, channels, channel_maps)
     history = _flows.history_page(tx, flow_id, flow.run_id, history_size, history_after)
     events, truncated = step_events(tx, flow.run_id)
+    graph = _graph.build(spec, events, state.active_steps, truncated=truncated)
+    if _graph.unmoved_active(graph):
+        graph = _graph.build(
+            spec,
+            events,
+            state.active_steps,
+            truncated=truncated,
+            learned=learned_moves(tx, flow),
+        )
     return FlowView(
         timers=timers(tx, flow.run_id),
-        graph=_graph.build(spec, events, state.active_steps, truncated=truncated),
+        graph=graph,
         state=state,
         spec=spec,
         attributes=dict(sorted(attributes.items())),
@@ -335,11 +348,27 @@ def timers(tx: Tx, run_id: str) -> list[TimerView]:
     return sorted(out, key=lambda t: t.fire_at)
 
 
-def history_rows(tx: Tx, run_id: str) -> tuple[list[tuple[int, float, str, bytes]], bool]:
-    """A run's history from its start, up to ``_HISTORY_SCAN`` events (True: there is more)."""
+def learned_moves(tx: Tx, flow: FlowRecord) -> list[tuple[str, str]]:
+    """The Step moves of the newest other runs of ``flow``'s type (same spec version)."""
+    out: list[tuple[str, str]] = []
+    others = tx.flows.page(
+        flow_type=flow.flow_type, status=None, limit=_LEARN_RUNS + 1, before_run_id=None
+    )
+    for other in others:
+        if other.run_id == flow.run_id or other.spec_version != flow.spec_version:
+            continue
+        rows, _ = history_rows(tx, other.run_id, _LEARN_EVENTS)
+        out.extend(_graph.moves((ty, bytes(p)) for _, _, ty, p in rows if ty.startswith("Step")))
+    return out
+
+
+def history_rows(
+    tx: Tx, run_id: str, limit: int = _HISTORY_SCAN
+) -> tuple[list[tuple[int, float, str, bytes]], bool]:
+    """A run's history from its start, up to ``limit`` events (True: there is more)."""
     rows: list[tuple[int, float, str, bytes]] = []
     after = 0
-    while len(rows) < _HISTORY_SCAN:
+    while len(rows) < limit:
         chunk = tx.history.page(run_id, after, _HISTORY_CHUNK)
         rows.extend(chunk)
         if len(chunk) < _HISTORY_CHUNK:
