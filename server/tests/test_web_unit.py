@@ -320,3 +320,18 @@ def test_an_active_step_that_has_not_moved_learns_next_steps_from_other_runs() -
     (edge,) = [e for e in g.edges if e.learned]
     assert (edge.source, edge.target) == ("B", "C")
     assert 'class="edge learned"' in _graph.render(g)
+
+
+def test_the_session_notes_are_recognised_by_the_headers_dex_agents_writes() -> None:
+    from dex_agents._text import FAILURE_NOTE_HEADER, STOPPED_NOTE_HEADER
+    from dex_server.web._panels import is_note, note_label
+
+    def user(text: str) -> dict[str, object]:
+        return {"role": "user", "text": text + "\n- issue_refund: succeeded"}
+
+    assert note_label(user(FAILURE_NOTE_HEADER)) == "turn-failure note"
+    assert note_label(user(STOPPED_NOTE_HEADER.format(how="steered"))) == "steer note"
+    assert note_label(user(STOPPED_NOTE_HEADER.format(how="cancelled"))) == "cancel note"
+    assert is_note(user(FAILURE_NOTE_HEADER))
+    assert not is_note({"role": "assistant", "text": FAILURE_NOTE_HEADER})
+    assert not is_note({"role": "user", "text": "The previous turn failed, I think"})
