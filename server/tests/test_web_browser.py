@@ -441,3 +441,46 @@ async def test_flow_list_time_filter(desk: Desk, page: Page) -> None:
     assert r is not None and r.status == 400
     await expect(page.get_by_role("status")).to_contain_text("must be earlier")
     await expect(page.locator("#flows tbody tr")).to_have_count(0)
+
+
+async def test_a_steered_turn_leaves_a_note_shown_as_such(desk: Desk, page: Page) -> None:
+    from dex_agents import ToolCallStatus
+    from dex_agents.testing import wait_for_agent_snapshot
+
+    sid = "web-note"
+    await desk.sessions.start_session(sid, "please make two refunds")
+    await wait_for_agent_snapshot(
+        desk.sessions,
+        sid,
+        lambda s: len(s.pending_interrupts) == 2,
+        description="two approvals",
+    )
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.approval", has_text=sid).first
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("Approved.")
+    await wait_for_agent_snapshot(
+        desk.sessions,
+        sid,
+        lambda s: any(c.status is ToolCallStatus.SUCCEEDED for c in s.tool_calls),
+        description="the approved refund to run",
+    )
+    await page.goto(desk.url + f"/ui/session?id={sid}")
+    # the call that ran shows its timing while the turn is still active
+    ran = page.locator("#tool-calls tr", has_text="succeeded")
+    await expect(ran.locator("td.timing time")).to_have_count(2)
+    await page.get_by_label("Steer with").fill("stop there, thanks")
+    await page.get_by_role("button", name="Steer").click()
+    await expect(page.get_by_role("status")).to_contain_text("Steered")
+    await _wait_idle(desk, sid, 2)
+    await page.reload()
+    note = page.locator("#conversation .msg-note")
+    await expect(note).to_have_count(1)
+    await expect(note.locator(".note-label")).to_have_text("steer note")
+    await expect(note).to_contain_text("issue_refund")
+    await expect(page.locator("#conversation")).to_contain_text("echo: stop there, thanks")
+    statuses = page.locator("#all-tool-calls tr[data-tool-call]")
+    await expect(statuses).to_have_count(2)
+    await expect(page.locator("#all-tool-calls")).to_contain_text("succeeded")
+    await expect(page.locator("#all-tool-calls")).to_contain_text("cancelled")
+    assert len([k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]) == 1
