@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from dex_server.engine import features
 from dex_server.service._common import ServiceError
 from dex_server.web import _reads
-from dex_server.web._html import Safe, duration, h, join, json_block, tag, when
+from dex_server.web._html import Safe, duration, h, join, json_block, link, tag, when
 
 # the notes a session stores as user messages when a turn fails, is steered or cancelled
 NOTE_PREFIX = "[Dex] The previous turn "
@@ -179,3 +180,58 @@ def with_timing(view: _reads.SessionView) -> list[dict[str, Any]]:
         timing: dict[str, Any] = {k: past[k] for k in keys if k in past}
         out.append({**c, **timing})
     return out
+
+
+def turn_controls_text() -> Safe:
+    return Safe(
+        "<p>Steer: the running turn ends at its next safe Step boundary (what ran stays"
+        " recorded and the model gets a note about it; calls waiting for approval are"
+        " cancelled) and a new turn starts with this text. With no turn running, the text"
+        " starts the next turn. Cancel: the running turn stops (a model call is dropped,"
+        " started tool calls finish) and no turn starts until the next message.</p>"
+    )
+
+
+def blob_links(payload: object, flow_id: str, event_id: int) -> Safe:
+    """Links to the values an event keeps apart (stored as blobs), loaded on demand."""
+    ids = _reads.blob_ids(payload)
+    if not ids:
+        return Safe("")
+    links = join(
+        Safe(
+            "<li>"
+            + link(
+                "/ui/flow/event",
+                f"Load the value stored apart ({b[:12]}…)",
+                id=flow_id,
+                event=event_id,
+                blob=b,
+            )
+            + "</li>"
+        )
+        for b in ids
+    )
+    return Safe(f"<ul class=large-value>{links}</ul>")
+
+
+def time_filters(after_text: str, before_text: str) -> Safe:
+    return Safe(
+        "<label>Started after (UTC) <input type=datetime-local step=1 name=started_after"
+        f' value="{h(after_text)}"></label>'
+        "<label>Started before (UTC) <input type=datetime-local step=1 name=started_before"
+        f' value="{h(before_text)}"></label>'
+    )
+
+
+def search_hook(query: str) -> Safe:
+    """The search-by-Attributes input: shown only when this server runs Flow search.
+
+    Until the engine has ``search_flows`` the server does not run ``features.SEARCH`` and
+    the form has no such input; the listing's call to the search lands with it.
+    """
+    if features.SEARCH not in features.SERVER_FEATURES:
+        return Safe("")
+    return Safe(
+        '<label class=search>Search <input name=query size=40 value="'
+        f'{h(query)}" placeholder="indexed Attributes"></label>'
+    )

@@ -16,7 +16,6 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dex_server.engine import features
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import StoreUnavailableError
@@ -316,7 +315,8 @@ class WebUI:
             f"<label>Status <select name=status>{options}</select></label>"
             f'<label>Flow type <input name=flow_type value="{h(flow_type or "")}"></label>'
             f'<label>ID prefix <input name=prefix value="{h(prefix)}"></label>'
-            f"{_time_filters(after_text, before_text)}{_search_hook(q.get('query', ''))}"
+            f"{_panels.time_filters(after_text, before_text)}"
+            f"{_panels.search_hook(q.get('query', ''))}"
             "<button type=submit>Filter</button></form>"
         )
         rows = join(
@@ -479,7 +479,7 @@ class WebUI:
                     f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
                     f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
                     f"{value_block(raw, '/ui/flow/event', id=flow_id, event=int(e.event_id))}"
-                    f"{_blob_links(payload, flow_id, int(e.event_id))}</details></li>"
+                    f"{_panels.blob_links(payload, flow_id, int(e.event_id))}</details></li>"
                 )
             )
         nxt = view.history.next_page_token
@@ -747,7 +747,7 @@ class WebUI:
             class_="cancel-turn",
         )
         return Safe(
-            f"<section id=turn-controls><h2>Steer or cancel</h2>{_turn_controls_text()}"
+            f"<section id=turn-controls><h2>Steer or cancel</h2>{_panels.turn_controls_text()}"
             f"{steer}{cancel}</section>"
         )
 
@@ -788,57 +788,6 @@ class WebUI:
                 req, ctx, _notice("The message was blank: nothing was sent.", error=True), 400
             )
         return await self._session(req, ctx, _notice("Message queued for the next turn."))
-
-
-def _turn_controls_text() -> Safe:
-    return Safe(
-        "<p>Steer: the running turn ends at its next safe Step boundary (what ran stays"
-        " recorded and the model gets a note about it; calls waiting for approval are"
-        " cancelled) and a new turn starts with this text. With no turn running, the text"
-        " starts the next turn. Cancel: the running turn stops (a model call is dropped,"
-        " started tool calls finish) and no turn starts until the next message.</p>"
-    )
-
-
-def _blob_links(payload: object, flow_id: str, event_id: int) -> Safe:
-    """Links to the values an event keeps apart (stored as blobs), loaded on demand."""
-    ids = _reads.blob_ids(payload)
-    if not ids:
-        return Safe("")
-    links = join(
-        Safe(
-            "<li>"
-            + link(
-                "/ui/flow/event",
-                f"Load the value stored apart ({b[:12]}…)",
-                id=flow_id,
-                event=event_id,
-                blob=b,
-            )
-            + "</li>"
-        )
-        for b in ids
-    )
-    return Safe(f"<ul class=large-value>{links}</ul>")
-
-
-def _time_filters(after_text: str, before_text: str) -> Safe:
-    return Safe(
-        "<label>Started after (UTC) <input type=datetime-local step=1 name=started_after"
-        f' value="{h(after_text)}"></label>'
-        "<label>Started before (UTC) <input type=datetime-local step=1 name=started_before"
-        f' value="{h(before_text)}"></label>'
-    )
-
-
-def _search_hook(query: str) -> Safe:
-    """The search-by-Attributes input: shown only when this server runs Flow search."""
-    if features.SEARCH not in features.SERVER_FEATURES:
-        return Safe("")
-    return Safe(
-        '<label class=search>Search <input name=query size=40 value="'
-        f'{h(query)}" placeholder="indexed Attributes"></label>'
-    )
 
 
 def _with_query(request: Request, **params: str) -> Request:
