@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -30,10 +33,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER_DIR = ROOT / "server"
 sys.path.insert(0, str(SERVER_DIR))
 
+from dex_agents import AgentSnapshot  # noqa: E402
 from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot  # noqa: E402
-from tests._web_agent import STATE_DIR_ENV, build_flow  # noqa: E402
+
+# the browser tests' scripted session (server/tests is no package of the workspace)
+_agent: Any = importlib.import_module("tests._web_agent")
+STATE_DIR_ENV: str = _agent.STATE_DIR_ENV
+build_flow: Callable[[Path], Any] = _agent.build_flow
 
 SESSION = "bench-long"
+
+
+def _idle_after(turns: int) -> Callable[[AgentSnapshot], bool]:
+    def probe(s: AgentSnapshot) -> bool:
+        st = s.state
+        return st is not None and st.turn_count >= turns and st.active_turn_id is None
+
+    return probe
 
 
 async def _times(client: httpx.AsyncClient, path: str, rounds: int) -> list[float]:
@@ -65,16 +81,7 @@ async def main(turns: int, rounds: int) -> None:
             for n in range(1, turns + 1):
                 if n > 1:
                     await sessions.send_user_message(SESSION, f"message {n}")
-                await wait_for_agent_snapshot(
-                    sessions,
-                    SESSION,
-                    lambda s, n=n: (
-                        s.state is not None
-                        and s.state.turn_count >= n
-                        and s.state.active_turn_id is None
-                    ),
-                    timeout=60.0,
-                )
+                await wait_for_agent_snapshot(sessions, SESSION, _idle_after(n), timeout=60.0)
                 if n % 100 == 0:
                     print(f"{n} turns in {time.perf_counter() - began:.0f} s", flush=True)
             base = f"http://{stack.server_address}"
