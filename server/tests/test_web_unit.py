@@ -335,3 +335,21 @@ def test_the_session_notes_are_recognised_by_the_headers_dex_agents_writes() -> 
     assert is_note(user(FAILURE_NOTE_HEADER))
     assert not is_note({"role": "assistant", "text": FAILURE_NOTE_HEADER})
     assert not is_note({"role": "user", "text": "The previous turn failed, I think"})
+
+
+def test_countdowns_and_durations_read_as_short_text() -> None:
+    from dex_server.web._html import duration
+    from dex_server.web._panels import countdown
+
+    assert [duration(x) for x in (0.25, 12.34, 245, 7380)] == [
+        "250 ms",
+        "12.3 s",
+        "4 min 5 s",
+        "2 h 3 min",
+    ]
+    soon = countdown(1030.0, 1000.0)
+    assert "30.0 s left" in soon and 'class="countdown soon"' in soon and "until" in soon
+    assert 'data-deadline="1030.000"' in soon
+    assert "deadline passed" in countdown(999.0, 1000.0)
+    later = countdown(4600.0, 1000.0, until=False)
+    assert "1 h 0 min left" in later and "soon" not in later and "until" not in later
