@@ -1,7 +1,8 @@
 """The agent session of the Dex Web browser tests, built the same way in the Worker child.
 
 Scripted model (no network): a message with "refund" asks for ``issue_refund`` (a
-non-idempotent write, so it waits for approval); one with "html" runs ``render_html``,
+non-idempotent write, so it waits for approval, for at most an hour; "two refunds" asks
+for two at once); one with "html" runs ``render_html``,
 whose output is markup that must show as text; anything else is echoed. After tool
 results the model answers with one line per result, quoting what the tool (or a
 rejection) said.
@@ -10,6 +11,7 @@ rejection) said.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
@@ -27,6 +29,7 @@ from dex_agents.testing import (
 
 STATE_DIR_ENV = "DEX_WEB_TEST_STATE_DIR"
 FLOW_TYPE = "WebDesk"
+APPROVAL_DEADLINE_H = 1
 XSS = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 
 
@@ -43,6 +46,12 @@ def _step(call: ModelCall) -> ScriptedResponse:
         lines = [f"{r.tool_name}: {r.status}: {r.content}" for r in call.tool_results]
         return ScriptedText(text="\n".join(lines) or "no tools ran")
     text = call.user_text.lower()
+    if "two refunds" in text:
+        calls = [
+            ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": n, "amount": 5})
+            for n in (1, 2)
+        ]
+        return ScriptedToolCalls(calls=calls, text="I will refund both.")
     if "refund" in text:
         refund = ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": 7, "amount": 30})
         return ScriptedToolCalls(calls=[refund], text="I will refund it.")
@@ -61,7 +70,10 @@ def build_flow(state_dir: Path) -> AgentSessionFlow:
         "issue_refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
         "render_html": ToolPolicy(ToolEffect.READ),
     }
-    options = AgentSessionOptions(tool_policies=policies)
+    # approvals expire after an hour: a Timer the state panel and the inbox show
+    options = AgentSessionOptions(
+        tool_policies=policies, interrupt_deadline=timedelta(hours=APPROVAL_DEADLINE_H)
+    )
     return AgentSessionFlow(runner, flow_type=FLOW_TYPE, options=options)
 
 

@@ -2,8 +2,8 @@
 
 Run from ``server/``: ``uv run python -m tests.make_web_screenshots ../docs/images``.
 Starts a ``dexcli dev`` server and a Worker child serving the browser tests' scripted
-agent session, creates a few sessions (one waiting for an approval) and saves one PNG
-per main page.
+agent session, creates a few sessions (two waiting for approvals) and saves one PNG
+per main page, plus the Step graph, the state panel and the turns of a conversation.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ async def main(out: Path) -> None:
             await sessions.start_session("support-1042", "show the html")
             await sessions.start_session("support-1043", "hello, where is my parcel?")
             await sessions.start_session("support-1044", "please refund order 7")
+            await sessions.start_session("support-1045", "please make two refunds")
             for sid in ("support-1042", "support-1043"):
                 await wait_for_agent_snapshot(
                     sessions,
@@ -49,9 +50,8 @@ async def main(out: Path) -> None:
                         and s.state.active_turn_id is None
                     ),
                 )
-            await wait_for_agent_snapshot(
-                sessions, "support-1044", lambda s: bool(s.pending_interrupts)
-            )
+            for sid in ("support-1044", "support-1045"):
+                await wait_for_agent_snapshot(sessions, sid, lambda s: bool(s.pending_interrupts))
             base = f"http://{stack.server_address}"
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
@@ -67,6 +67,15 @@ async def main(out: Path) -> None:
                 for name, path in shots.items():
                     await page.goto(base + path)
                     await page.screenshot(path=str(out / name), full_page=False)
+                # the parts of run details and the conversation below the fold
+                parts = {
+                    "web-graph.png": ("/ui/flow?id=support-1045", "#step-graph"),
+                    "web-state.png": ("/ui/flow?id=support-1045", "#state"),
+                    "web-turns.png": ("/ui/session?id=support-1042", "#turns"),
+                }
+                for name, (path, selector) in parts.items():
+                    await page.goto(base + path)
+                    await page.locator(selector).screenshot(path=str(out / name))
                 await browser.close()
 
 

@@ -12,8 +12,10 @@ import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 import pytest_asyncio
+from dex._protocol import FlowSpec, InitialAttribute, StartFlowRequest, StateDecl, encoder
 from dex_agents import AgentSessionClient, AgentSessionFlow, AgentSnapshot, AgentStatus
 from dex_agents.testing import (
     AgentTestStack,
@@ -280,3 +282,205 @@ async def test_token_login_and_csrf_refusal(tmp_path: Path, page: Page) -> None:
         # the API still wants the bearer token
         r = await page.request.get(base + "/v1/flows")
         assert r.status == 401
+
+
+async def test_step_graph_timers_and_cancel_the_turn(desk: Desk, page: Page) -> None:
+    sid = "web-graph"
+    await desk.sessions.start_session(sid, "please make two refunds")
+    await _wait_approval(desk, sid)
+    await page.goto(desk.url + f"/ui/flow?id={sid}")
+    graph = page.locator("#graph-svg")
+    # both approvals wait in parallel: one RunModel execution fanned out to two
+    waiting = graph.locator('g.node.active[data-step="AwaitToolApproval"]')
+    await expect(waiting).to_have_count(1)
+    await expect(waiting.locator("rect.phase.wait-for.on")).to_have_count(1)
+    await expect(waiting.locator("text.badge")).to_have_text("active ×2")
+    fan = graph.locator('path.edge[data-from="RunModel"][data-to="AwaitToolApproval"]')
+    await expect(fan).to_have_count(1)
+    await expect(graph.locator("text.edge-label")).to_contain_text(["×2"])
+    await expect(graph.locator('g.node.start[data-step="StartAgentSession"]')).to_have_count(1)
+    # the approvals' deadline Timers, with their fire times
+    timers = page.locator("#timers tr", has_text="AwaitToolApproval")
+    await expect(timers).to_have_count(2)
+    await expect(timers.first).to_contain_text("UTC")
+    await expect(timers.first.locator(".countdown")).to_contain_text("min")
+    # the inbox counts the same deadline down
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.approval", has_text=sid).first
+    await expect(card.locator(".countdown")).to_contain_text("left")
+    # cancel the turn from the conversation view: the approvals go, nothing ran
+    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.get_by_role("button", name="Cancel the turn").click()
+    await expect(page.get_by_role("status")).to_have_text("The turn is being cancelled.")
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert not snapshot.pending_interrupts
+    assert not [k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]
+    await page.reload()
+    calls = page.locator("#all-tool-calls tr[data-tool-call]")
+    await expect(calls).to_have_count(2)
+    await expect(calls.first).to_contain_text("cancelled")
+    # one more turn, then idle: AwaitUserMessage waits, and RunModel is where it went last
+    await page.get_by_label("Message").fill("hello again")
+    await page.get_by_role("button", name="Send").click()
+    await _wait_idle(desk, sid, 2)
+    await page.goto(desk.url + f"/ui/flow?id={sid}")
+    graph = page.locator("#graph-svg")
+    await expect(graph.locator('g.node.active[data-step="AwaitUserMessage"]')).to_have_count(1)
+    await expect(graph.locator('g.node.next[data-step="RunModel"]')).to_have_count(1)
+    await expect(page.locator("#timers tr", has_text="AwaitToolApproval")).to_have_count(0)
+
+
+async def test_steer_from_the_conversation_view(desk: Desk, page: Page) -> None:
+    sid = "web-steer"
+    await desk.sessions.start_session(sid, "refund order 7")
+    await _wait_approval(desk, sid)
+    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.get_by_label("Steer with").fill("never mind, just say hi")
+    await page.get_by_role("button", name="Steer").click()
+    await expect(page.get_by_role("status")).to_have_text(
+        "Steered: a new turn starts with the text."
+    )
+    snapshot = await _wait_idle(desk, sid, 2)
+    assert any("echo: never mind, just say hi" in m.text for m in snapshot.messages)
+    assert not [k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]
+    await page.reload()
+    await expect(page.locator("#conversation")).to_contain_text("echo: never mind, just say hi")
+    # usage per turn and in total; the steered turn's call was cancelled, never run
+    usage = page.locator("#turn-usage")
+    await expect(usage.locator("tr[data-turn]")).to_have_count(2)
+    await expect(usage.locator('tr[data-turn="turn-2"]')).to_contain_text("1 requests")
+    await expect(usage.locator("tr.total")).to_contain_text("2 requests")
+    await expect(page.locator("#usage-total")).to_contain_text("2 requests")
+    call = page.locator("#all-tool-calls tr[data-tool-call]")
+    await expect(call).to_have_count(1)
+    await expect(call).to_contain_text("cancelled")
+    await expect(call).to_contain_text(f"{sid}/turn-1/")
+
+
+async def test_tool_call_timing_in_the_conversation(desk: Desk, page: Page) -> None:
+    sid = "web-timing"
+    await desk.sessions.start_session(sid, "show the html")
+    await _wait_idle(desk, sid, 1)
+    await page.goto(desk.url + f"/ui/session?id={sid}")
+    call = page.locator("#all-tool-calls tr[data-tool-call]")
+    await expect(call).to_have_count(1)
+    await expect(call).to_contain_text("render_html")
+    await expect(call).to_contain_text("succeeded")
+    await expect(call).to_contain_text("read")
+    await expect(call.locator("td.timing time")).to_have_count(2)
+    await expect(call.locator("td.timing .duration")).to_contain_text("s")
+
+
+async def test_a_large_value_loads_on_demand_and_stays_text(desk: Desk, page: Page) -> None:
+    big = XSS + " padding" * 1000
+    spec = FlowSpec(flow_type="WebBigValue", state=[StateDecl(name="Blob", kind="attribute")])
+    req = StartFlowRequest(flow_type="WebBigValue", flow_id="web-big", spec=spec)
+    req.initial_attributes = [
+        InitialAttribute(name="Blob", value=msgspec.Raw(json.dumps({"html": big}).encode()))
+    ]
+    r = await page.request.post(
+        desk.url + "/v1/flows",
+        data=encoder.encode(req),
+        headers={"content-type": "application/json"},
+    )
+    assert r.status == 200, await r.text()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: dialogs.append(d.message))
+    await page.goto(desk.url + "/ui/flow?id=web-big")
+    row = page.locator('#attributes tr[data-name="Blob"]')
+    await expect(row.locator("pre.truncated")).to_have_count(1)
+    shown = await row.locator("pre").inner_text()
+    assert len(shown) < len(big)
+    await row.get_by_role("link", name="Load the whole value").click()
+    await expect(page.locator("main pre")).to_contain_text("padding padding")
+    text = await page.locator("main pre").inner_text()
+    assert json.loads(text) == {"html": big}
+    assert await page.locator("main img").count() == 0
+    assert await page.locator("main script").count() == 0
+    await page.goto(desk.url + "/ui/flow?id=web-big")
+    first = page.locator("#timeline li").first
+    await first.locator("summary").click()
+    # the FlowStarted event keeps the value apart, as a blob: it too loads on demand
+    await first.get_by_role("link", name="Load the value stored apart").click()
+    await expect(page.locator("h1")).to_contain_text("FlowStarted")
+    assert json.loads(await page.locator("main pre").inner_text()) == {"html": big}
+    assert await page.locator("main img").count() == 0
+    assert "pwned" not in await page.title()
+    assert dialogs == []
+
+
+async def test_flow_list_time_filter(desk: Desk, page: Page) -> None:
+    sid = "web-when"
+    await desk.sessions.start_session(sid, "hello")
+    await _wait_idle(desk, sid, 1)
+    await page.goto(desk.url + "/ui/flows?prefix=web-when")
+    await expect(page.locator("#flows tbody tr")).to_have_count(1)
+    # started after a time in the future: nothing
+    await page.get_by_label("Started after (UTC)").fill("2999-01-01T00:00:00")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("#flows tbody tr")).to_have_count(0)
+    await expect(page.locator("main")).to_contain_text("No Flows match.")
+    # started between 2000 and 2999: the session
+    await page.get_by_label("Started after (UTC)").fill("2000-01-01T00:00:00")
+    await page.get_by_label("Started before (UTC)").fill("2999-01-01T00:00:00")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("#flows tbody tr")).to_have_count(1)
+    await expect(page.locator("#flows")).to_contain_text(sid)
+    # started before 2000: nothing
+    await page.get_by_label("Started after (UTC)").fill("")
+    await page.get_by_label("Started before (UTC)").fill("2000-01-01T00:00:00")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("#flows tbody tr")).to_have_count(0)
+    # a time that is no time, and an empty range, are refused before any query
+    r = await page.goto(desk.url + "/ui/flows?started_after=yesterday")
+    assert r is not None and r.status == 400
+    await expect(page.get_by_role("status")).to_contain_text("'yesterday' is not a date")
+    r = await page.goto(
+        desk.url + "/ui/flows?started_after=2030-01-01T00:00&started_before=2020-01-01T00:00"
+    )
+    assert r is not None and r.status == 400
+    await expect(page.get_by_role("status")).to_contain_text("must be earlier")
+    await expect(page.locator("#flows tbody tr")).to_have_count(0)
+
+
+async def test_a_steered_turn_leaves_a_note_shown_as_such(desk: Desk, page: Page) -> None:
+    from dex_agents import ToolCallStatus
+    from dex_agents.testing import wait_for_agent_snapshot
+
+    sid = "web-note"
+    await desk.sessions.start_session(sid, "please make two refunds")
+    await wait_for_agent_snapshot(
+        desk.sessions,
+        sid,
+        lambda s: len(s.pending_interrupts) == 2,
+        description="two approvals",
+    )
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.approval", has_text=sid).first
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("Approved.")
+    await wait_for_agent_snapshot(
+        desk.sessions,
+        sid,
+        lambda s: any(c.status is ToolCallStatus.SUCCEEDED for c in s.tool_calls),
+        description="the approved refund to run",
+    )
+    await page.goto(desk.url + f"/ui/session?id={sid}")
+    # the call that ran shows its timing while the turn is still active
+    ran = page.locator("#tool-calls tr", has_text="succeeded")
+    await expect(ran.locator("td.timing time")).to_have_count(2)
+    await page.get_by_label("Steer with").fill("stop there, thanks")
+    await page.get_by_role("button", name="Steer").click()
+    await expect(page.get_by_role("status")).to_contain_text("Steered")
+    await _wait_idle(desk, sid, 2)
+    await page.reload()
+    note = page.locator("#conversation .msg-note")
+    await expect(note).to_have_count(1)
+    await expect(note.locator(".note-label")).to_have_text("steer note")
+    await expect(note).to_contain_text("issue_refund")
+    await expect(page.locator("#conversation")).to_contain_text("echo: stop there, thanks")
+    statuses = page.locator("#all-tool-calls tr[data-tool-call]")
+    await expect(statuses).to_have_count(2)
+    await expect(page.locator("#all-tool-calls")).to_contain_text("succeeded")
+    await expect(page.locator("#all-tool-calls")).to_contain_text("cancelled")
+    assert len([k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]) == 1

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from dex_server.app import ServerConfig, build_app
 from dex_server.cli._serve import DevArgs, dev_config
@@ -145,3 +147,209 @@ def test_the_flow_list_filters_by_id_prefix_and_pages(open_ui: TestClient) -> No
     only_q = open_ui.get("/ui/flows", params={"prefix": "q-", "status": "running"}).text
     assert re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", only_q) == ["q-1"]
     assert open_ui.get("/ui/flows", params={"status": "bogus"}).status_code == 400
+
+
+def _step_event(kind: str, step_type: str, eid: str, parent: str) -> tuple[str, bytes]:
+    ctx = {"stepType": step_type, "stepExecutionId": eid, "fromStepExecutionId": parent}
+    return kind, json.dumps({"context": ctx}).encode()
+
+
+def test_the_step_graph_from_spec_history_and_live_executions() -> None:
+    from dex._protocol import ActiveStepWire, FlowSpec, StepOptionsSpec, StepSpec
+    from dex_server.web import _graph
+
+    spec = FlowSpec(
+        flow_type="Fan",
+        start_step="Split",
+        steps=[
+            StepSpec(step_type="Split"),
+            StepSpec(step_type="Work", has_wait_for=True),
+            StepSpec(step_type="Join", options=StepOptionsSpec(execute_failure_step="Repair")),
+            StepSpec(step_type="Repair"),
+        ],
+    )
+    events = [
+        _step_event("StepExecuteCompleted", "Split", "Split-1", "__start__"),
+        *(_step_event("StepExecuteCompleted", "Work", f"Work-{n}", "Split-1") for n in (1, 2, 3)),
+        _step_event("StepExecuteCompleted", "Join", "Join-1", "Work-3"),
+        _step_event("StepExecuteCompleted", "Work", "Work-4", "Join-1"),
+        ("FlowStarted", b"{}"),
+    ]
+    active = [
+        ActiveStepWire(
+            step_execution_id="Join-2",
+            step_type="Join",
+            from_step_execution_id="Work-4",
+            phase="running_execute",
+        ),
+        ActiveStepWire(
+            step_execution_id="Odd-1",
+            step_type="Odd",
+            from_step_execution_id="__rpc/poke",
+            phase="waiting",
+        ),
+    ]
+    g = _graph.build(spec, events, active)
+    edges = {(e.source, e.target): e for e in g.edges}
+    assert edges[("Split", "Work")].fan_out == 3 and edges[("Split", "Work")].count == 3
+    assert edges[("Work", "Join")].count == 2 and edges[("Work", "Join")].fan_out == 1
+    assert edges[("Join", "Repair")].failure_route
+    assert edges[("__rpc/poke", "Odd")].count == 1
+    assert g.nodes["Join"].active and g.nodes["Join"].active_phases == ["running_execute"]
+    # Join moved to Work before, and its failure route is Repair: both are next
+    assert g.nodes["Work"].next and g.nodes["Repair"].next and not g.nodes["Split"].next
+    assert g.nodes["Split"].is_start and g.nodes["Work"].has_wait_for
+    assert not g.nodes["Odd"].declared and g.nodes["Odd"].active
+    assert g.nodes["Work"].runs == 4 and g.nodes["Repair"].runs == 0
+    svg = _graph.render(g)
+    assert 'data-step="Join"' in svg and "×3" in svg
+    assert re.search(r'<g class="node active[^"]*" data-step="Join">', svg)
+    assert re.search(r'<g class="node next[^"]*" data-step="Work">', svg)
+    assert 'class="edge failure"' in svg
+
+
+def test_the_step_graph_escapes_step_names() -> None:
+    from dex_server.web import _graph
+
+    g = _graph.build(
+        None, [_step_event("StepExecuteCompleted", "<b>x</b>", "e-1", "__start__")], []
+    )
+    out = _graph.render(g)
+    assert "<b>x" not in out and "&lt;b&gt;x" in out
+
+
+def test_large_values_are_cut_with_a_link_and_escaped() -> None:
+    from dex_server.web._html import LARGE_VALUE, value_block
+
+    small = value_block(b'{"a": "<i>"}', "/ui/flow/value", id="f", name="a")
+    assert "truncated" not in small and "&lt;i&gt;" in small
+    raw = json.dumps({"a": "<script>" + "x" * LARGE_VALUE}).encode()
+    big = value_block(raw, "/ui/flow/value", id="f", name="a/b c")
+    assert 'class="json truncated"' in big and "<script>" not in big
+    assert f"Load the whole value ({len(raw):,} bytes)" in big
+    assert 'href="/ui/flow/value?id=f&amp;name=a%2Fb+c"' in big
+
+
+def test_time_filters_parse_iso_times_as_utc() -> None:
+    from dex_server.service._common import ServiceError
+    from dex_server.web._panels import parse_time, time_input_value
+
+    assert parse_time("x", "") is None
+    assert parse_time("x", "1970-01-01T00:01") == 60.0
+    assert parse_time("x", "1970-01-01T01:00:00+01:00") == 0.0
+    assert parse_time("x", "1970-01-01T00:00:05Z") == 5.0
+    assert time_input_value(60.0) == "1970-01-01T00:01:00"
+    with pytest.raises(ServiceError, match="'soon' is not a date"):
+        parse_time("Started after", "soon")
+
+
+def test_the_flow_list_filters_by_start_time(open_ui: TestClient) -> None:
+    import time
+
+    from dex._protocol import FlowSpec, StartFlowRequest, StateDecl, encoder
+    from dex_server.web._panels import time_input_value
+
+    spec = FlowSpec(flow_type="Idle", state=[StateDecl(name="a", kind="attribute")])
+    before = time.time() - 2
+    for fid in ("t-1", "t-2"):
+        req = StartFlowRequest(flow_type="Idle", flow_id=fid, spec=spec)
+        assert open_ui.post("/v1/flows", content=encoder.encode(req)).status_code == 200
+
+    def ids(**params: str) -> list[str]:
+        r = open_ui.get("/ui/flows", params=params)
+        assert r.status_code == 200, r.text
+        return re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", r.text)
+
+    assert ids(started_after=time_input_value(before)) == ["t-2", "t-1"]
+    assert ids(started_before=time_input_value(before)) == []
+    assert ids(started_after=time_input_value(before + 3600)) == []
+    assert ids(started_before=time_input_value(before + 3600), prefix="t-1") == ["t-1"]
+    r = open_ui.get("/ui/flows", params={"started_before": "31/12/2026"})
+    assert r.status_code == 400 and "is not a date" in r.text and "<tbody></tbody>" in r.text
+    # the search input shows only once the server runs Flow search
+    assert 'name="query"' not in r.text and "name=query" not in r.text
+
+
+def test_value_pages_check_what_they_show(open_ui: TestClient) -> None:
+    from dex._protocol import FlowSpec, InitialAttribute, StartFlowRequest, StateDecl, encoder
+
+    spec = FlowSpec(flow_type="Idle", state=[StateDecl(name="a", kind="attribute")])
+    req = StartFlowRequest(flow_type="Idle", flow_id="v-1", spec=spec)
+    req.initial_attributes = [InitialAttribute(name="a", value=msgspec.Raw(b'"<b>v</b>"'))]
+    assert open_ui.post("/v1/flows", content=encoder.encode(req)).status_code == 200
+    r = open_ui.get("/ui/flow/value", params={"id": "v-1", "name": "a"})
+    assert r.status_code == 200 and "&quot;&lt;b&gt;v&lt;/b&gt;&quot;" in r.text
+    assert open_ui.get("/ui/flow/value", params={"id": "v-1", "name": "zz"}).status_code == 404
+    assert open_ui.get("/ui/flow/value", params={"id": "v-1"}).status_code == 400
+    assert open_ui.get("/ui/flow/event", params={"id": "v-1", "event": "1"}).status_code == 200
+    assert open_ui.get("/ui/flow/event", params={"id": "v-1", "event": "x"}).status_code == 400
+    assert open_ui.get("/ui/flow/event", params={"id": "v-1", "event": "99"}).status_code == 404
+    # only a blob the event refers to is served
+    r = open_ui.get("/ui/flow/event", params={"id": "v-1", "event": "1", "blob": "0" * 64})
+    assert r.status_code == 404
+    page = open_ui.get("/ui/flow", params={"id": "v-1"}).text
+    assert "<section id=step-graph>" in page and "<table id=timers>" in page
+
+
+def test_an_active_step_that_has_not_moved_learns_next_steps_from_other_runs() -> None:
+    from dex._protocol import ActiveStepWire, FlowSpec, StepSpec
+    from dex_server.web import _graph
+
+    spec = FlowSpec(
+        flow_type="Loop",
+        start_step="A",
+        steps=[StepSpec(step_type=t) for t in ("A", "B", "C")],
+    )
+    events = [_step_event("StepExecuteCompleted", "A", "A-1", "__start__")]
+    active = [
+        ActiveStepWire(
+            step_execution_id="B-1", step_type="B", from_step_execution_id="A-1", phase="waiting"
+        )
+    ]
+    alone = _graph.build(spec, events, active)
+    assert _graph.unmoved_active(alone) and not any(n.next for n in alone.nodes.values())
+    other = [
+        _step_event("StepExecuteCompleted", "A", "A-1", "__start__"),
+        _step_event("StepExecuteCompleted", "B", "B-1", "A-1"),
+        _step_event("StepExecuteCompleted", "C", "C-1", "B-1"),
+    ]
+    learned = _graph.moves(other)
+    assert ("B", "C") in learned and ("__start__", "A") in learned
+    g = _graph.build(spec, events, active, learned=learned)
+    assert g.nodes["C"].next and not g.nodes["A"].next
+    (edge,) = [e for e in g.edges if e.learned]
+    assert (edge.source, edge.target) == ("B", "C")
+    assert 'class="edge learned"' in _graph.render(g)
+
+
+def test_the_session_notes_are_recognised_by_the_headers_dex_agents_writes() -> None:
+    from dex_agents._text import FAILURE_NOTE_HEADER, STOPPED_NOTE_HEADER
+    from dex_server.web._panels import is_note, note_label
+
+    def user(text: str) -> dict[str, object]:
+        return {"role": "user", "text": text + "\n- issue_refund: succeeded"}
+
+    assert note_label(user(FAILURE_NOTE_HEADER)) == "turn-failure note"
+    assert note_label(user(STOPPED_NOTE_HEADER.format(how="steered"))) == "steer note"
+    assert note_label(user(STOPPED_NOTE_HEADER.format(how="cancelled"))) == "cancel note"
+    assert is_note(user(FAILURE_NOTE_HEADER))
+    assert not is_note({"role": "assistant", "text": FAILURE_NOTE_HEADER})
+    assert not is_note({"role": "user", "text": "The previous turn failed, I think"})
+
+
+def test_countdowns_and_durations_read_as_short_text() -> None:
+    from dex_server.web._html import duration
+    from dex_server.web._panels import countdown
+
+    assert [duration(x) for x in (0.25, 12.34, 245, 7380)] == [
+        "250 ms",
+        "12.3 s",
+        "4 min 5 s",
+        "2 h 3 min",
+    ]
+    soon = countdown(1030.0, 1000.0)
+    assert "30.0 s left" in soon and 'class="countdown soon"' in soon and "until" in soon
+    assert 'data-deadline="1030.000"' in soon
+    assert "deadline passed" in countdown(999.0, 1000.0)
+    later = countdown(4600.0, 1000.0, until=False)
+    assert "1 h 0 min left" in later and "soon" not in later and "until" not in later

@@ -12,7 +12,18 @@ import json
 from collections.abc import Iterable
 from urllib.parse import urlencode
 
-__all__ = ["Safe", "h", "json_block", "layout", "link", "pretty_json", "when"]
+__all__ = [
+    "LARGE_VALUE",
+    "Safe",
+    "duration",
+    "h",
+    "json_block",
+    "layout",
+    "link",
+    "pretty_json",
+    "value_block",
+    "when",
+]
 
 
 class Safe(str):
@@ -65,6 +76,40 @@ def json_block(raw: bytes | str | None) -> Safe:
     return tag("pre", pretty_json(raw), class_="json")
 
 
+LARGE_VALUE = 4096
+"""Characters of a value shown in line; a longer value is cut and loads whole on demand."""
+
+
+def value_block(raw: bytes | str | None, href: str, **query: object) -> Safe:
+    """``json_block``, cut at ``LARGE_VALUE`` characters with a link to the whole value."""
+    text = pretty_json(raw)
+    if len(text) <= LARGE_VALUE:
+        return tag("pre", text, class_="json")
+    size = len(raw) if raw is not None else 0
+    return Safe(
+        str(tag("pre", text[:LARGE_VALUE] + "\n…", class_="json truncated"))
+        + str(
+            tag(
+                "p",
+                link(href, f"Load the whole value ({size:,} bytes)", **query),
+                class_="large-value",
+            )
+        )
+    )
+
+
+def duration(seconds: float) -> str:
+    """A duration as short text: ``850 ms``, ``12.3 s``, ``4 min 5 s``, ``2 h 3 min``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 def when(ts: float | None) -> Safe:
     """A Unix time as UTC text in a ``<time>`` element (empty for None)."""
     if ts is None:
@@ -93,6 +138,35 @@ section{background:#fff;border:1px solid #e3e6ea;padding:.6em 1em;margin:.8em 0}
 .msg{border-left:3px solid #9aa5b1;padding:.3em .8em;margin:.4em 0;white-space:pre-wrap}
 .msg-user{border-color:#2b7bd6}.msg-assistant{border-color:#0a6}.msg-tool{border-color:#a60}
 label{margin-right:.8em}
+pre.truncated{border-bottom:2px dashed #9aa5b1}
+.msg-note{border-color:#a3a;background:#fbf4fb}
+.note-label{font-weight:600;color:#838}
+.countdown{font-weight:600}.countdown.soon{color:#c22}
+.filters-error{margin:.4em 0}
+.graph-wrap{overflow:auto;border:1px solid #e3e6ea;background:#fbfcfd}
+svg.graph text{font:12px system-ui,sans-serif;fill:#1d232a}
+svg.graph .box{fill:#fff;stroke:#9aa5b1;stroke-width:1.2}
+svg.graph .idle .box{fill:#f3f4f6;stroke-dasharray:3 3}
+svg.graph .next .box{fill:#fff8e1;stroke:#d89b00;stroke-width:2}
+svg.graph .active .box{fill:#e6f6ee;stroke:#0a6;stroke-width:2.5}
+svg.graph .start .box{stroke-width:2}
+svg.graph .name{font-weight:600;font-size:11.5px}
+svg.graph .phase{fill:#eef1f4;stroke:#c7ced6}
+svg.graph .phase.wait-for{fill:#eaf1fb}
+svg.graph .phase.on{fill:#0a6;stroke:#075}
+svg.graph .phase.on+.phase-label{fill:#fff;font-weight:600}
+svg.graph .phase-label{font-size:11px}
+svg.graph .badge{text-anchor:end;font-size:11px;font-weight:600;fill:#075}
+svg.graph .next .badge{fill:#a67300}
+svg.graph .edge{fill:none;stroke:#6b7785;stroke-width:1.4}
+svg.graph .edge.failure{stroke:#c22;stroke-dasharray:5 4}
+svg.graph .edge.learned{stroke:#d89b00;stroke-dasharray:1.5 3}
+svg.graph .edge-label{font-size:11px;font-weight:600;fill:#444}
+svg.graph marker path{fill:#6b7785}
+svg.graph .start-dot{fill:#1d232a}
+.key{display:inline-block;padding:0 .5em;border:2px solid}
+.key-active{background:#e6f6ee;border-color:#0a6}.key-next{background:#fff8e1;border-color:#d89b00}
+#graph-steps li.active{font-weight:600}
 """
 
 

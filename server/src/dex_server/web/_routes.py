@@ -20,8 +20,19 @@ from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import StoreUnavailableError
 from dex_server.store._records import FlowStatus
-from dex_server.web import _reads
-from dex_server.web._html import CSS, Safe, h, join, json_block, layout, link, tag, when
+from dex_server.web import _graph, _panels, _reads
+from dex_server.web._html import (
+    CSS,
+    Safe,
+    h,
+    join,
+    json_block,
+    layout,
+    link,
+    tag,
+    value_block,
+    when,
+)
 from dex_server.web._security import WebSecurity, set_cookie_header
 
 _STATUSES: tuple[str, ...] = get_args(FlowStatus)
@@ -80,10 +91,6 @@ def _kv(label: str, value: object) -> Safe:
 
 def _status(status: str, id_: str | None = None) -> Safe:
     return tag("span", status, class_=f"status status-{status}", id=id_)
-
-
-def _outcome(call: dict[str, Any]) -> str:
-    return str(call.get("output") or call.get("error") or call.get("rejection_message") or "")
 
 
 def _empty(text: str) -> Safe:
@@ -172,11 +179,15 @@ class WebUI:
             Route("/ui/flows", g(self._flows), methods=["GET"]),
             Route("/ui/flow", g(self._flow), methods=["GET"]),
             Route("/ui/flow/stop", g(self._stop, post=True), methods=["POST"]),
+            Route("/ui/flow/value", g(self._flow_value), methods=["GET"]),
+            Route("/ui/flow/event", g(self._flow_event), methods=["GET"]),
             Route("/ui/sessions", g(self._sessions), methods=["GET"]),
             Route("/ui/session", g(self._session), methods=["GET"]),
             Route("/ui/session/message", g(self._send_message, post=True), methods=["POST"]),
             Route("/ui/approvals", g(self._approvals), methods=["GET"]),
             Route("/ui/approvals/resolve", g(self._resolve, post=True), methods=["POST"]),
+            Route("/ui/session/steer", g(self._steer, post=True), methods=["POST"]),
+            Route("/ui/session/cancel", g(self._cancel_turn, post=True), methods=["POST"]),
         ]
 
     async def _read(self, job: Callable[[Any], Any]) -> Any:
@@ -201,7 +212,9 @@ class WebUI:
             out = await rt.invoke_rpc(
                 flow_id,
                 InvokeRpcRequest(
-                    rpc_name=rpc_name, input=_reads.encode_json(value), timeout_s=timeout
+                    rpc_name=rpc_name,
+                    input=None if value is None else _reads.encode_json(value),
+                    timeout_s=timeout,
                 ),
             )
         except ServiceError as err:
@@ -264,16 +277,35 @@ class WebUI:
         flow_type = q.get("flow_type") or None
         prefix = q.get("prefix", "")
         before = q.get("page_token") or None
-        flows, nxt = await self._read(
-            lambda tx: _reads.list_flows(
-                tx,
-                status=status,
-                flow_type=flow_type,
-                prefix=prefix,
-                size=_PAGE_SIZE,
-                before=before,
+        after_text, before_text = q.get("started_after", ""), q.get("started_before", "")
+        problem: Safe | None = None
+        try:
+            started_after = _panels.parse_time("Started after", after_text)
+            started_before = _panels.parse_time("Started before", before_text)
+            if started_after is not None and started_before is not None:
+                if started_after >= started_before:
+                    raise ServiceError(
+                        "BAD_REQUEST", "Started after must be earlier than Started before"
+                    )
+        except ServiceError as err:
+            # a bad filter runs no query: the form comes back with the message
+            problem = _notice(f"Not filtered: {err.message}.", error=True)
+            started_after = started_before = None
+        flows: list[Any] = []
+        nxt: str | None = None
+        if problem is None:
+            flows, nxt = await self._read(
+                lambda tx: _reads.list_flows(
+                    tx,
+                    status=status,
+                    flow_type=flow_type,
+                    prefix=prefix,
+                    size=_PAGE_SIZE,
+                    before=before,
+                    started_after=started_after,
+                    started_before=started_before,
+                )
             )
-        )
         options = join(
             tag("option", s or "any status", value=s, selected="" if s == (status or "") else None)
             for s in ("", *_STATUSES)
@@ -283,6 +315,8 @@ class WebUI:
             f"<label>Status <select name=status>{options}</select></label>"
             f'<label>Flow type <input name=flow_type value="{h(flow_type or "")}"></label>'
             f'<label>ID prefix <input name=prefix value="{h(prefix)}"></label>'
+            f"{_panels.time_filters(after_text, before_text)}"
+            f"{_panels.search_hook(q.get('query', ''))}"
             "<button type=submit>Filter</button></form>"
         )
         rows = join(
@@ -298,7 +332,7 @@ class WebUI:
             "<table id=flows><thead><tr><th>Flow ID</th><th>Flow type</th><th>Status</th>"
             f"<th>Started</th><th>Closed</th></tr></thead><tbody>{rows}</tbody></table>"
         )
-        empty = _empty("No Flows match.") if not flows else Safe("")
+        empty = _empty("No Flows match.") if not flows and problem is None else Safe("")
         more = (
             link(
                 "/ui/flows",
@@ -306,12 +340,18 @@ class WebUI:
                 status=status,
                 flow_type=flow_type,
                 prefix=prefix,
+                started_after=after_text,
+                started_before=before_text,
                 page_token=nxt,
             )
             if nxt
             else Safe("")
         )
-        return _page("Flows", join([filters, table, empty, more]))
+        return _page(
+            "Flows",
+            join([filters, problem or "", table, empty, more]),
+            400 if problem is not None else 200,
+        )
 
     async def _flow(
         self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
@@ -347,6 +387,8 @@ class WebUI:
             )
         if info.status == "running":
             parts.append(self._stop_dialog(ctx, info.flow_id))
+        if view.graph is not None:
+            parts.append(_graph.render(view.graph))
         parts.append(self._state_panel(view))
         parts.append(self._timeline(view, info.flow_id))
         return _page(f"Flow {info.flow_id}", join(parts), status)
@@ -374,13 +416,19 @@ class WebUI:
         )
 
     def _state_panel(self, view: _reads.FlowView) -> Safe:
+        fid = view.state.info.flow_id
         attrs = join(
-            Safe(f"<tr><td>{h(n)}</td><td>{json_block(v)}</td></tr>")
+            Safe(
+                f'<tr data-name="{h(n)}"><td>{h(n)}</td>'
+                f"<td>{value_block(v, '/ui/flow/value', id=fid, name=n)}</td></tr>"
+            )
             for n, v in view.attributes.items()
         )
         pending = join(
             Safe(
-                f"<tr><td>{h(m.channel)}</td><td>{h(m.message_id)}</td><td>{json_block(bytes(m.value))}</td></tr>"
+                f"<tr><td>{h(m.channel)}</td><td>{h(m.message_id)}</td><td>"
+                f"{value_block(bytes(m.value), '/ui/flow/value', id=fid, message=m.message_id)}"
+                "</td></tr>"
             )
             for m in view.pending
         )
@@ -404,6 +452,7 @@ class WebUI:
             "<h3>Channels: pending messages</h3>"
             "<table id=channels><tr><th>Channel</th><th>Message ID</th><th>Value</th></tr>"
             f"{pending}</table>"
+            f"{_panels.timers_panel(view.timers, time.time())}"
             "<h3>Active executions</h3>"
             "<table id=executions><tr><th>Execution</th><th>Step type</th><th>Phase</th>"
             f"<th>Attempt</th><th>Last failure</th></tr>{steps}</table></section>"
@@ -429,12 +478,55 @@ class WebUI:
                 Safe(
                     f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
                     f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
-                    f"{json_block(raw)}</details></li>"
+                    f"{value_block(raw, '/ui/flow/event', id=flow_id, event=int(e.event_id))}"
+                    f"{_panels.blob_links(payload, flow_id, int(e.event_id))}</details></li>"
                 )
             )
         nxt = view.history.next_page_token
         more = link("/ui/flow", "Later events", id=flow_id, after=nxt) if nxt else Safe("")
         return Safe(f"<section id=timeline><h2>History</h2><ol>{join(items)}</ol>{more}</section>")
+
+    async def _flow_value(self, request: Request, ctx: Ctx) -> Response:
+        """One whole Attribute value (``name``) or pending message (``message``), escaped."""
+        q = request.query_params
+        fid, name, message = q.get("id", ""), q.get("name", ""), q.get("message", "")
+        specs = self.runtime.specs
+        if name:
+            raw = await self._read(lambda tx: _reads.attribute_value(tx, fid, name))
+            what = f"Attribute {name}"
+        elif message:
+            raw = await self._read(lambda tx: _reads.message_value(tx, specs, fid, message))
+            what = f"message {message}"
+        else:
+            raise ServiceError("BAD_REQUEST", "name an Attribute (name=) or a message (message=)")
+        if raw is None:
+            return _page("Not found", _notice(f"Flow {fid} has no {what} now.", error=True), 404)
+        back = tag("p", link("/ui/flow", f"Back to Flow {fid}", id=fid))
+        return _page(f"{what} of {fid}", join([back, json_block(raw)]))
+
+    async def _flow_event(self, request: Request, ctx: Ctx) -> Response:
+        """One history event's whole raw JSON, escaped."""
+        fid = request.query_params.get("id", "")
+        text = request.query_params.get("event", "")
+        if not text.isdigit():
+            raise ServiceError("BAD_REQUEST", f"event must be an event number, not {text!r}")
+        found = await self._read(lambda tx: _reads.event_payload(tx, fid, int(text)))
+        if found is None:
+            return _page("Not found", _notice(f"Flow {fid} has no event #{text}.", error=True), 404)
+        blob = request.query_params.get("blob", "")
+        back = tag("p", link("/ui/flow", f"Back to Flow {fid}", id=fid))
+        if blob:
+            data = await self._read(lambda tx: _reads.event_blob(tx, fid, int(text), blob))
+            if data is None:
+                return _page(
+                    "Not found",
+                    _notice(f"Event #{text} of Flow {fid} refers to no value {blob}.", error=True),
+                    404,
+                )
+            return _page(
+                f"A value of event #{text} ({found[0]}) of {fid}", join([back, json_block(data)])
+            )
+        return _page(f"Event #{text} ({found[0]}) of {fid}", join([back, json_block(found[1])]))
 
     async def _stop(self, request: Request, ctx: Ctx) -> Response:
         form: dict[str, str] = request.state.form
@@ -487,11 +579,7 @@ class WebUI:
         now = time.time()
         cards = []
         for a in items:
-            left = (
-                f"{max(0, int(a.deadline - now))} s left (until {when(a.deadline)})"
-                if a.deadline is not None
-                else "no deadline"
-            )
+            left = _panels.countdown(a.deadline, now) if a.deadline is not None else "no deadline"
             form = ctx.form(
                 "/ui/approvals/resolve",
                 Safe(
@@ -509,7 +597,7 @@ class WebUI:
                     f"<h3>{h(a.tool_name)} <small>in {session}</small></h3>"
                     f"<p>Effect: <strong>{h(a.effect or 'unknown')}</strong>"
                     f" · raised {when(a.created_at)}"
-                    f" · {Safe(left) if a.deadline is not None else 'no deadline'}</p>"
+                    f" · deadline: {h(left)}</p>"
                     f"{json_block(a.arguments)}{form}</section>"
                 )
             )
@@ -577,9 +665,8 @@ class WebUI:
             f"{_kv('Session status', st.get('status', 'starting'))}"
             f"{_kv('Turns', turns)}"
             f"<tr><th>Queued messages</th><td>{h(view.queued)}</td></tr>"
-            f"<tr><th>Usage</th><td>{h(usage.get('requests', 0))} requests,"
-            f" {h(usage.get('input_tokens', 0))} in,"
-            f" {h(usage.get('output_tokens', 0))} out</td></tr>"
+            f"<tr><th>Usage (session total)</th><td id=usage-total>"
+            f"{h(_panels.usage_text(usage))}</td></tr>"
             + (
                 f"<tr><th>Last turn error</th><td>{h(st['last_turn_error'])}</td></tr>"
                 if st.get("last_turn_error")
@@ -589,22 +676,20 @@ class WebUI:
         )
         msgs = join(
             Safe(
-                f'<div class="msg msg-{h(m.get("role", ""))}">'
+                f'<div class="msg msg-{h(m.get("role", ""))}'
+                f'{" msg-note" if _panels.is_note(m) else ""}">'
                 f"<small>#{h(m.get('sequence'))} {h(m.get('role'))} · {h(m.get('turn_id'))}"
-                f" · {when(m.get('created_at'))}</small>\n{h(m.get('text', ''))}</div>"
+                f" · {when(m.get('created_at'))}"
+                + (
+                    f" · <span class=note-label>{h(_panels.note_label(m))}</span>"
+                    if _panels.is_note(m)
+                    else ""
+                )
+                + f"</small>\n{h(m.get('text', ''))}</div>"
             )
             for m in view.messages
         )
-        calls = join(
-            Safe(
-                f"<tr><td>{h(c.get('tool_name'))}</td><td>{h(c.get('effect'))}</td>"
-                f"<td>{'approval' if c.get('requires_approval') else 'automatic'}</td>"
-                f"<td>{h(c.get('status'))}</td><td>{json_block(c.get('arguments'))}</td>"
-                f"<td>{h(_outcome(c))}</td>"
-                f"<td>{h(c.get('idempotency_key'))}</td></tr>"
-            )
-            for c in view.tool_calls
-        )
+        calls = _panels.tool_call_rows(_panels.with_timing(view))
         waiting = (
             tag("p", f"{len(view.pending)} approval(s) waiting: answer them in the inbox.")
             if view.pending
@@ -622,6 +707,8 @@ class WebUI:
             if view.flow.status == "running"
             else Safe("")
         )
+        if view.flow.status == "running":
+            send = join([send, self._turn_controls(ctx, view)])
         body = join(
             [
                 notice or "",
@@ -630,14 +717,64 @@ class WebUI:
                 Safe(f"<section id=conversation><h2>Conversation</h2>{msgs}</section>"),
                 Safe(
                     "<section><h2>Tool calls of the active turn</h2>"
-                    "<table id=tool-calls><tr><th>Tool</th>"
+                    "<table id=tool-calls><tr><th>Turn</th><th>Tool</th>"
                     "<th>Effect</th><th>Policy</th><th>Status</th><th>Arguments</th><th>Outcome</th>"
-                    f"<th>Idempotency key</th></tr>{calls}</table></section>"
+                    f"<th>Idempotency key</th><th>Timing</th></tr>{calls}</table></section>"
                 ),
                 send,
+                _panels.turns_section(view),
             ]
         )
         return _page(f"Session {view.flow.flow_id}", body, status)
+
+    def _turn_controls(self, ctx: Ctx, view: _reads.SessionView) -> Safe:
+        fid = h(view.flow.flow_id)
+        steer = ctx.form(
+            "/ui/session/steer",
+            Safe(
+                f'<input type=hidden name=id value="{fid}">'
+                "<label>Steer with <textarea name=text rows=2 cols=60 required></textarea>"
+                "</label><button type=submit>Steer</button>"
+            ),
+            class_="steer",
+        )
+        cancel = ctx.form(
+            "/ui/session/cancel",
+            Safe(
+                f'<input type=hidden name=id value="{fid}">'
+                "<button type=submit>Cancel the turn</button>"
+            ),
+            class_="cancel-turn",
+        )
+        return Safe(
+            f"<section id=turn-controls><h2>Steer or cancel</h2>{_panels.turn_controls_text()}"
+            f"{steer}{cancel}</section>"
+        )
+
+    async def _steer(self, request: Request, ctx: Ctx) -> Response:
+        form: dict[str, str] = request.state.form
+        fid = form.get("id", "")
+        ok, out = await self._rpc(fid, "steer_user_message", {"text": form.get("text", "")})
+        req = _with_query(request, id=fid)
+        if not ok:
+            return await self._session(req, ctx, _notice(out, error=True), 503)
+        if out is not True:
+            return await self._session(
+                req, ctx, _notice("The steer text was blank: nothing changed.", error=True), 400
+            )
+        return await self._session(req, ctx, _notice("Steered: a new turn starts with the text."))
+
+    async def _cancel_turn(self, request: Request, ctx: Ctx) -> Response:
+        fid = request.state.form.get("id", "")
+        ok, out = await self._rpc(fid, "cancel_turn", None)
+        req = _with_query(request, id=fid)
+        if not ok:
+            return await self._session(req, ctx, _notice(out, error=True), 503)
+        if out is not True:
+            return await self._session(
+                req, ctx, _notice("No turn is running: nothing was cancelled.", error=True), 409
+            )
+        return await self._session(req, ctx, _notice("The turn is being cancelled."))
 
     async def _send_message(self, request: Request, ctx: Ctx) -> Response:
         form: dict[str, str] = request.state.form
