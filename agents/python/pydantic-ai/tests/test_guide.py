@@ -108,7 +108,8 @@ async def test_the_guide_runs_as_written(tmp_path: Path) -> None:
         assert "session stopped" in output
 
         # The approved refund ran once; the rejected one never ran.
-        refunds = [json.loads(line) for line in (tmp_path / "refunds.jsonl").read_text().splitlines()]
+        refund_lines = (tmp_path / "refunds.jsonl").read_text().splitlines()
+        refunds = [json.loads(line) for line in refund_lines]
         assert [(r["order_id"], r["amount"]) for r in refunds] == [(1042, 249)]
         notes = json.loads((tmp_path / "notes.json").read_text())
         assert sorted(note["order_id"] for note in notes.values()) == [1042, 1043]
