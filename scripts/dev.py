@@ -195,52 +195,100 @@ def _run_captured(check: Check, log: Path) -> bool:
     return code == 0
 
 
-def lanes(checks: Sequence[Check], count: int) -> list[list[Check]]:
-    """Split ``checks`` into ``count`` lanes that run side by side, each in its own order.
+# Rough wall seconds of each check on a two-core machine with every lane busy. Only the
+# order matters: the longest checks start first, so the short ones fill the gaps at the end.
+# A root check not listed counts as 15 s, any other as a minute.
+_EXPECTED_SECONDS = {
+    "server on PostgreSQL": 660,
+    "server": 580,
+    "sdk on PostgreSQL": 255,
+    "agents/python/core on PostgreSQL": 250,
+    "agents/python/core": 240,
+    "sdk": 230,
+    "agents/python/openai-agents": 150,
+    "agents/python/pydantic-ai": 140,
+    "agents/python/langgraph": 135,
+}
 
-    Every ``ci.sh`` (lint, types, the suites on SQLite) but the last goes in one lane; the
-    PostgreSQL runs, the root checks and the last ``ci.sh`` (an adapter's) in the other.
-    Measured on two cores, that gives two halves of about the same length. The ``ci.sh``
-    runs of the workspace packages stay in one lane, so their mypy runs never share a cache
-    at the same time.
+
+def _unit_seconds(unit: Sequence[Check]) -> float:
+    def seconds(name: str) -> float:
+        return _EXPECTED_SECONDS.get(name, 15.0 if name.startswith("root ") else 60.0)
+
+    return sum(seconds(check[0]) for check in unit)
+
+
+def lanes(checks: Sequence[Check], count: int) -> list[list[Check]]:
+    """Group ``checks`` into units that each run in their own order, longest unit first.
+
+    ``test`` runs the units on ``count`` lanes side by side: a lane that finishes a unit
+    takes the next one not yet started, so the lanes end close together however long each
+    check turns out to be. The root checks form one unit, since their mypy runs share the
+    repository's ``.mypy_cache``; every other check is a unit of its own. ``count <= 1``
+    gives one unit holding every check in the given order.
     """
     if count <= 1:
         return [list(checks)]
-    scripts = [c for c in checks if c[1][:1] == ["bash"]]
-    rest = [c for c in checks if c[1][:1] != ["bash"]]
-    if len(scripts) > 3:
-        return [scripts[:-1], [*rest, scripts[-1]]]
-    return [scripts, rest]
+    root = [c for c in checks if c[0].startswith("root ")]
+    units = [[c] for c in checks if not c[0].startswith("root ")]
+    if root:
+        units.append(root)
+    return sorted(units, key=_unit_seconds, reverse=True)
+
+
+def _lane_count() -> int:
+    raw = os.environ.get("DEX_TEST_LANES", "").strip()
+    if not raw:
+        return _DEFAULT_LANES
+    try:
+        count = int(raw)
+    except ValueError:
+        raise SystemExit(f"[dev] DEX_TEST_LANES must be a whole number, got {raw!r}") from None
+    if count < 1:
+        raise SystemExit(f"[dev] DEX_TEST_LANES must be at least 1, got {count}")
+    return count
+
+
+# How many checks run at once by default (DEX_TEST_LANES overrides it).
+_DEFAULT_LANES = 2
 
 
 def test(uv: str) -> int:
-    """Run every check (all of them, even after a failure) in two lanes and print a summary.
+    """Run every check (all of them, even after a failure) in lanes and print a summary.
 
-    Each check's output is printed whole when it ends, so lanes never interleave lines;
-    ``DEX_TEST_LANES=1`` runs everything one after another.
+    ``DEX_TEST_LANES`` checks run side by side (default 2; 1 runs everything one after
+    another), each lane taking the next unit of :func:`lanes` when it is free. Each check's
+    output is printed whole when it ends, so lanes never interleave lines.
     """
     checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
-    count = 1 if os.environ.get("DEX_TEST_LANES", "2").strip() == "1" else 2
+    count = _lane_count()
     results: dict[str, tuple[bool, float]] = {}
     printing = threading.Lock()
     logs = Path(tempfile.mkdtemp(prefix="dex-test-logs-"))
+    queue = list(lanes(checks, count))
+    taking = threading.Lock()
 
-    def run_lane(lane: list[Check]) -> None:
-        for i, check in enumerate(lane):
-            name = check[0]
-            with printing:
-                _say(f"=== {name} (started)")
-            started = time.monotonic()
-            log = logs / f"{id(lane)}-{i}.log"
-            ok = _run_captured(check, log)
-            seconds = time.monotonic() - started
-            results[name] = (ok, seconds)
-            with printing:
-                _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
-                sys.stdout.write(log.read_text(errors="replace"))
-                sys.stdout.flush()
+    def next_unit() -> list[Check] | None:
+        with taking:
+            return queue.pop(0) if queue else None
 
-    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes(checks, count)]
+    def run_lane(lane: int) -> None:
+        while (unit := next_unit()) is not None:
+            for check in unit:
+                name = check[0]
+                with printing:
+                    _say(f"=== {name} (started)")
+                started = time.monotonic()
+                log = logs / f"{lane}-{len(results)}-{time.monotonic_ns()}.log"
+                ok = _run_captured(check, log)
+                seconds = time.monotonic() - started
+                results[name] = (ok, seconds)
+                with printing:
+                    _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
+                    sys.stdout.write(log.read_text(errors="replace"))
+                    sys.stdout.flush()
+
+    threads = [threading.Thread(target=run_lane, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
