@@ -1,16 +1,18 @@
 """Suite-wide hooks: the PostgreSQL run leaves out the tests the store choice cannot change.
 
 The suite runs twice, on SQLite and with ``DEX_TEST_DATABASE=postgres``. A test marked
-``store_independent`` (or in a module of ``STORE_INDEPENDENT_MODULES``) needs no store or
-picks its own: an explicit PostgreSQL database, a PostgreSQL cluster of its own, a store
-file it opens itself. Both runs would run the very same test, so the PostgreSQL run
-deselects it. The SQLite run checks each mark: a marked test that asks
-``dex_server.testing.selected_database()`` (as ``running_server`` does for a server without
-an explicit store) fails, since the PostgreSQL run would have run it differently.
+``store_independent`` needs no store or picks its own: an explicit PostgreSQL database, a
+PostgreSQL cluster of its own, a store file it opens itself. So does every test of a module
+in ``STORE_INDEPENDENT_MODULES`` and every test asking for the ``db_url`` fixture. Both runs
+would run the very same test, so the PostgreSQL run deselects it. The SQLite run checks
+each of them: one that asks ``dex_server.testing.selected_database()`` (as
+``running_server`` does for a server without an explicit store) fails, since the PostgreSQL
+run would have run it differently.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 
 import dex_server.testing as server_testing
@@ -63,8 +65,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.stem in STORE_INDEPENDENT_MODULES:
+        explicit_database = "db_url" in getattr(item, "fixturenames", ())
+        if item.path.stem in STORE_INDEPENDENT_MODULES or explicit_database:
             item.add_marker(MARK)
+    # Test modules that imported the function itself get the recording one too.
+    for name, module in list(sys.modules.items()):
+        imported = vars(module).get("selected_database")
+        if name.startswith("tests.") and imported is _selected_database:
+            module.selected_database = _recording_selected_database  # type: ignore[attr-defined]
     if _selected_database() != "postgres":
         return
     kept = [item for item in items if item.get_closest_marker(MARK) is None]

@@ -308,7 +308,6 @@ async def test_nul_bytes_are_refused_on_sqlite(tmp_path: Path) -> None:
 
 
 @needs_postgres
-@pytest.mark.store_independent  # an explicit database
 async def test_nul_bytes_are_refused_on_postgres(tmp_path: Path, db_url: str) -> None:
     async with running_server(tmp_path, database_url=db_url) as srv:
         await _refuses_nul(srv)
