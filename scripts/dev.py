@@ -181,7 +181,8 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     return checks
 
 
-def _run_captured(check: Check, log: Path) -> bool:
+def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
+    """Run one check, output to ``log``: whether it passed, and its CPU seconds if known."""
     cmd = check[1]
     env = check[2] if len(check) == 3 else None
     full_env = {**os.environ, **env} if env else None
@@ -189,10 +190,16 @@ def _run_captured(check: Check, log: Path) -> bool:
     with log.open("w") as out:
         out.write(f"$ {prefix}{' '.join(cmd)}\n")
         out.flush()
-        code = subprocess.run(
-            list(cmd), cwd=ROOT, check=False, env=full_env, stdout=out, stderr=subprocess.STDOUT
-        ).returncode
-    return code == 0
+        proc = subprocess.Popen(
+            list(cmd), cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT
+        )
+        if not hasattr(os, "wait4"):
+            return proc.wait() == 0, None
+        # wait4 also tells the CPU time of the check and of every process it waited for,
+        # which shows how busy the lanes keep the machine.
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode == 0, usage.ru_utime + usage.ru_stime
 
 
 # Rough wall seconds of each check on a two-core machine with every lane busy. Only the
@@ -265,10 +272,11 @@ def test(uv: str) -> int:
     """
     checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
     count = _lane_count()
-    results: dict[str, tuple[bool, float]] = {}
+    results: dict[str, tuple[bool, float, float | None]] = {}
     printing = threading.Lock()
     logs = Path(tempfile.mkdtemp(prefix="dex-test-logs-"))
     queue = list(lanes(checks, count))
+    began = time.monotonic()
     taking = threading.Lock()
 
     def next_unit() -> list[Check] | None:
@@ -283,9 +291,9 @@ def test(uv: str) -> int:
                     _say(f"=== {name} (started)")
                 started = time.monotonic()
                 log = logs / f"{lane}-{len(results)}-{time.monotonic_ns()}.log"
-                ok = _run_captured(check, log)
+                ok, cpu = _run_captured(check, log)
                 seconds = time.monotonic() - started
-                results[name] = (ok, seconds)
+                results[name] = (ok, seconds, cpu)
                 with printing:
                     _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
                     sys.stdout.write(log.read_text(errors="replace"))
@@ -297,11 +305,17 @@ def test(uv: str) -> int:
     for t in threads:
         t.join()
     shutil.rmtree(logs, ignore_errors=True)
+    wall = time.monotonic() - began
     print()
     for check in checks:
-        ok, seconds = results[check[0]]
-        print(f"  {'PASS' if ok else 'FAIL'}  {check[0]}  ({seconds:.1f}s)")
-    passed = sum(1 for ok, _ in results.values() if ok)
+        ok, seconds, cpu = results[check[0]]
+        busy = f", cpu {cpu:.1f}s" if cpu is not None else ""
+        print(f"  {'PASS' if ok else 'FAIL'}  {check[0]}  ({seconds:.1f}s{busy})")
+    cpus = [cpu for _, _, cpu in results.values() if cpu is not None]
+    if cpus:
+        total = sum(cpus)
+        print(f"{count} lanes: {wall:.1f}s, cpu {total:.1f}s ({total / wall:.2f} cores busy)")
+    passed = sum(1 for ok, _, _ in results.values() if ok)
     failed = len(results) - passed
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
