@@ -207,7 +207,7 @@ def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
 # A root check not listed counts as 15 s, any other as a minute.
 _EXPECTED_SECONDS = {
     "server": 580,
-    "server on PostgreSQL": 420,
+    "server on PostgreSQL": 390,
     "agents/python/core on PostgreSQL": 250,
     "sdk on PostgreSQL": 240,
     "agents/python/core": 240,
