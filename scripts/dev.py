@@ -231,8 +231,9 @@ def lanes(checks: Sequence[Check], count: int) -> list[list[Check]]:
     ``test`` runs the units on ``count`` lanes side by side: a lane that finishes a unit
     takes the next one not yet started, so the lanes end close together however long each
     check turns out to be. The root checks form one unit, since their mypy runs share the
-    repository's ``.mypy_cache``; every other check is a unit of its own. ``count <= 1``
-    gives one unit holding every check in the given order.
+    repository's ``.mypy_cache``; every other check is a unit of its own (each ``ci.sh``
+    runs mypy in its package's folder, on a cache of its own). ``count <= 1`` gives one
+    unit holding every check in the given order.
     """
     if count <= 1:
         return [list(checks)]
