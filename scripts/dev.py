@@ -258,9 +258,9 @@ def _lane_count() -> int:
 
 
 # How many checks run at once by default (DEX_TEST_LANES overrides it). The suites spend
-# much of their time waiting (child processes starting, polls, the scenarios' own pauses):
-# measured, one suite keeps about two thirds of a core busy, so three at once about fill
-# two cores where two left a third of them idle.
+# part of their time waiting (polls, the scenarios' own pauses): measured as CPU seconds
+# over wall seconds, one suite keeps 0.65 to 1 core busy, so two lanes left about a quarter
+# of two cores idle; three fill them.
 _DEFAULT_LANES = 3
 
 
