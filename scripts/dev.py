@@ -315,7 +315,8 @@ def test(uv: str) -> int:
     cpus = [cpu for _, _, cpu in results.values() if cpu is not None]
     if cpus:
         total = sum(cpus)
-        print(f"{count} lanes: {wall:.1f}s, cpu {total:.1f}s ({total / wall:.2f} cores busy)")
+        lanes_used = f"{count} lane{'s' if count != 1 else ''}"
+        print(f"{lanes_used}: {wall:.1f}s, cpu {total:.1f}s ({total / wall:.2f} cores busy)")
     passed = sum(1 for ok, _, _ in results.values() if ok)
     failed = len(results) - passed
     print(f"{passed} passed, {failed} failed")
