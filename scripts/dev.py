@@ -181,7 +181,8 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     return checks
 
 
-def _run_captured(check: Check, log: Path) -> bool:
+def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
+    """Run one check, output to ``log``: whether it passed, and its CPU seconds if known."""
     cmd = check[1]
     env = check[2] if len(check) == 3 else None
     full_env = {**os.environ, **env} if env else None
@@ -189,68 +190,134 @@ def _run_captured(check: Check, log: Path) -> bool:
     with log.open("w") as out:
         out.write(f"$ {prefix}{' '.join(cmd)}\n")
         out.flush()
-        code = subprocess.run(
-            list(cmd), cwd=ROOT, check=False, env=full_env, stdout=out, stderr=subprocess.STDOUT
-        ).returncode
-    return code == 0
+        proc = subprocess.Popen(
+            list(cmd), cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT
+        )
+        if not hasattr(os, "wait4"):
+            return proc.wait() == 0, None
+        # wait4 also tells the CPU time of the check and of every process it waited for,
+        # which shows how busy the lanes keep the machine.
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode == 0, usage.ru_utime + usage.ru_stime
+
+
+# Rough wall seconds of each check on a two-core machine with every lane busy. Only the
+# order matters: the longest checks start first, so the short ones fill the gaps at the end.
+# A root check not listed counts as 15 s, any other as a minute.
+_EXPECTED_SECONDS = {
+    "server": 580,
+    "server on PostgreSQL": 390,
+    "agents/python/core on PostgreSQL": 250,
+    "sdk on PostgreSQL": 240,
+    "agents/python/core": 240,
+    "sdk": 230,
+    "agents/python/openai-agents": 150,
+    "agents/python/pydantic-ai": 140,
+    "agents/python/langgraph": 135,
+}
+
+
+def _unit_seconds(unit: Sequence[Check]) -> float:
+    def seconds(name: str) -> float:
+        return _EXPECTED_SECONDS.get(name, 15.0 if name.startswith("root ") else 60.0)
+
+    return sum(seconds(check[0]) for check in unit)
 
 
 def lanes(checks: Sequence[Check], count: int) -> list[list[Check]]:
-    """Split ``checks`` into ``count`` lanes that run side by side, each in its own order.
+    """Group ``checks`` into units that each run in their own order, longest unit first.
 
-    Every ``ci.sh`` (lint, types, the suites on SQLite) but the last goes in one lane; the
-    PostgreSQL runs, the root checks and the last ``ci.sh`` (an adapter's) in the other.
-    Measured on two cores, that gives two halves of about the same length. The ``ci.sh``
-    runs of the workspace packages stay in one lane, so their mypy runs never share a cache
-    at the same time.
+    ``test`` runs the units on ``count`` lanes side by side: a lane that finishes a unit
+    takes the next one not yet started, so the lanes end close together however long each
+    check turns out to be. The root checks form one unit, since their mypy runs share the
+    repository's ``.mypy_cache``; every other check is a unit of its own (each ``ci.sh``
+    runs mypy in its package's folder, on a cache of its own). ``count <= 1`` gives one
+    unit holding every check in the given order.
     """
     if count <= 1:
         return [list(checks)]
-    scripts = [c for c in checks if c[1][:1] == ["bash"]]
-    rest = [c for c in checks if c[1][:1] != ["bash"]]
-    if len(scripts) > 3:
-        return [scripts[:-1], [*rest, scripts[-1]]]
-    return [scripts, rest]
+    root = [c for c in checks if c[0].startswith("root ")]
+    units = [[c] for c in checks if not c[0].startswith("root ")]
+    if root:
+        units.append(root)
+    return sorted(units, key=_unit_seconds, reverse=True)
+
+
+def _lane_count() -> int:
+    raw = os.environ.get("DEX_TEST_LANES", "").strip()
+    if not raw:
+        return _DEFAULT_LANES
+    try:
+        count = int(raw)
+    except ValueError:
+        raise SystemExit(f"[dev] DEX_TEST_LANES must be a whole number, got {raw!r}") from None
+    if count < 1:
+        raise SystemExit(f"[dev] DEX_TEST_LANES must be at least 1, got {count}")
+    return count
+
+
+# How many checks run at once by default (DEX_TEST_LANES overrides it). The suites spend
+# part of their time waiting (polls, the scenarios' own pauses): measured as CPU seconds
+# over wall seconds, one suite keeps 0.65 to 1 core busy, so two lanes left about a quarter
+# of two cores idle; three fill them.
+_DEFAULT_LANES = 3
 
 
 def test(uv: str) -> int:
-    """Run every check (all of them, even after a failure) in two lanes and print a summary.
+    """Run every check (all of them, even after a failure) in lanes and print a summary.
 
-    Each check's output is printed whole when it ends, so lanes never interleave lines;
-    ``DEX_TEST_LANES=1`` runs everything one after another.
+    ``DEX_TEST_LANES`` checks run side by side (default 3; 1 runs everything one after
+    another), each lane taking the next unit of :func:`lanes` when it is free. Each check's
+    output is printed whole when it ends, so lanes never interleave lines.
     """
     checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
-    count = 1 if os.environ.get("DEX_TEST_LANES", "2").strip() == "1" else 2
-    results: dict[str, tuple[bool, float]] = {}
+    count = _lane_count()
+    results: dict[str, tuple[bool, float, float | None]] = {}
     printing = threading.Lock()
     logs = Path(tempfile.mkdtemp(prefix="dex-test-logs-"))
+    queue = list(lanes(checks, count))
+    began = time.monotonic()
+    taking = threading.Lock()
 
-    def run_lane(lane: list[Check]) -> None:
-        for i, check in enumerate(lane):
-            name = check[0]
-            with printing:
-                _say(f"=== {name} (started)")
-            started = time.monotonic()
-            log = logs / f"{id(lane)}-{i}.log"
-            ok = _run_captured(check, log)
-            seconds = time.monotonic() - started
-            results[name] = (ok, seconds)
-            with printing:
-                _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
-                sys.stdout.write(log.read_text(errors="replace"))
-                sys.stdout.flush()
+    def next_unit() -> list[Check] | None:
+        with taking:
+            return queue.pop(0) if queue else None
 
-    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes(checks, count)]
+    def run_lane(lane: int) -> None:
+        while (unit := next_unit()) is not None:
+            for check in unit:
+                name = check[0]
+                with printing:
+                    _say(f"=== {name} (started)")
+                started = time.monotonic()
+                log = logs / f"{lane}-{len(results)}-{time.monotonic_ns()}.log"
+                ok, cpu = _run_captured(check, log)
+                seconds = time.monotonic() - started
+                results[name] = (ok, seconds, cpu)
+                with printing:
+                    _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
+                    sys.stdout.write(log.read_text(errors="replace"))
+                    sys.stdout.flush()
+
+    threads = [threading.Thread(target=run_lane, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     shutil.rmtree(logs, ignore_errors=True)
+    wall = time.monotonic() - began
     print()
     for check in checks:
-        ok, seconds = results[check[0]]
-        print(f"  {'PASS' if ok else 'FAIL'}  {check[0]}  ({seconds:.1f}s)")
-    passed = sum(1 for ok, _ in results.values() if ok)
+        ok, seconds, cpu = results[check[0]]
+        busy = f", cpu {cpu:.1f}s" if cpu is not None else ""
+        print(f"  {'PASS' if ok else 'FAIL'}  {check[0]}  ({seconds:.1f}s{busy})")
+    cpus = [cpu for _, _, cpu in results.values() if cpu is not None]
+    if cpus:
+        total = sum(cpus)
+        lanes_used = f"{count} lane{'s' if count != 1 else ''}"
+        print(f"{lanes_used}: {wall:.1f}s, cpu {total:.1f}s ({total / wall:.2f} cores busy)")
+    passed = sum(1 for ok, _, _ in results.values() if ok)
     failed = len(results) - passed
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1

@@ -202,6 +202,7 @@ async def test_an_rpc_waits_for_a_worker_up_to_its_timeout(tmp_path: Path) -> No
 
 
 @needs_postgres
+@pytest.mark.store_independent  # an explicit database
 async def test_pooled_work_waits_for_a_busy_worker_on_another_server(tmp_path: Path) -> None:
     """Fault: two servers; the only Worker is attached to server B and busy; a Flow starts
     on server A. Promise: the Step waits in the pool (longer than the 10 s the servers
