@@ -173,6 +173,11 @@ async def test_a_first_connection_resumes_after_the_query_parameter(env: Env) ->
         got = await sse.messages(3)
     async with feed(env.http, _ticks(fid) + f"?after={got[0][0]}") as sse:
         assert await sse.messages(2) == got[1:]
+    # timeout_s=0: what is there now, then the feed ends (no end event: the Flow runs)
+    async with feed(env.http, _ticks(fid) + f"?after={got[0][0]}&timeout_s=0") as sse:
+        assert await sse.messages(2) == got[1:]
+        with pytest.raises(EOFError):
+            await sse.next()
 
 
 async def test_idle_feeds_get_heartbeat_comments(env: Env) -> None:

@@ -367,19 +367,25 @@ def _sse_routes(runtime: Runtime) -> list[BaseRoute]:
         ft, st, fid = _segment(request, "flow_type"), _segment(request, "stream"), _flow_id(request)
         cap = runtime.stream_capacity(ft, st)
         after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
         # the feed ends when the Flow closes: it must exist
         await runtime.store.read(lambda tx: _flows.require_flow(tx, fid))
         return respond(
-            _sse.stream_feed(runtime, (ft, st, fid), cap, after, runtime.config.sse_heartbeat_s)
+            _sse.stream_feed(
+                runtime, (ft, st, fid), cap, after, runtime.config.sse_heartbeat_s, life
+            )
         )
 
     async def history_events(request: Request) -> Response:
         fid = _flow_id(request)
         run_id = _query(request, "run_id")
         after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
         flow = await runtime.store.read(lambda tx: _flows.require_flow(tx, fid, run_id))
         return respond(
-            _sse.history_feed(runtime, fid, flow.run_id, after, runtime.config.sse_heartbeat_s)
+            _sse.history_feed(
+                runtime, fid, flow.run_id, after, runtime.config.sse_heartbeat_s, life
+            )
         )
 
     g, R = _guard, RawPathRoute

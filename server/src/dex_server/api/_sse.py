@@ -212,17 +212,28 @@ async def _status(runtime: Runtime, flow_id: str) -> bytes:
 
 
 async def stream_feed(
-    runtime: Runtime, key: tuple[str, str, str], capacity: int, after: int, heartbeat_s: float
+    runtime: Runtime,
+    key: tuple[str, str, str],
+    capacity: int,
+    after: int,
+    heartbeat_s: float,
+    lifetime_s: float,
 ) -> Feed:
-    """The events of one Stream after resume token ``after`` (0: from its oldest message)."""
+    """The events of one Stream after resume token ``after`` (0: from its oldest message).
+
+    It ends after ``end`` once the Flow closed, or silently after ``lifetime_s`` (the
+    client reconnects with ``Last-Event-ID`` and loses nothing).
+    """
     flow_id = key[2]
+    deadline = time.monotonic() + lifetime_s
     token = str(after) if after else ""
     closed = asyncio.ensure_future(_wait_closed(runtime, flow_id))
     read: asyncio.Future[StreamMessageWire | None] | None = None
     try:
         while True:
+            left = deadline - time.monotonic()
             read = asyncio.ensure_future(
-                runtime.streams.read_next(key, capacity, token, heartbeat_s)
+                runtime.streams.read_next(key, capacity, token, max(0.0, min(heartbeat_s, left)))
             )
             await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
             if not read.done():
@@ -237,6 +248,8 @@ async def stream_feed(
                 return
             msg = read.result()
             if msg is None:
+                if left <= 0:
+                    return
                 yield None
                 continue
             token = msg.resume_token
@@ -250,11 +263,20 @@ async def stream_feed(
 
 
 async def history_feed(
-    runtime: Runtime, flow_id: str, run_id: str, after: int, heartbeat_s: float
+    runtime: Runtime,
+    flow_id: str,
+    run_id: str,
+    after: int,
+    heartbeat_s: float,
+    lifetime_s: float,
 ) -> Feed:
-    """The history events of run ``run_id`` after event ``after``, as they commit."""
+    """The history events of run ``run_id`` after event ``after``, as they commit.
+
+    Ends like :func:`stream_feed`.
+    """
     poll = min(heartbeat_s, SHARED_POLL_S) if runtime.shared else heartbeat_s
     last_sent = time.monotonic()
+    deadline = last_sent + lifetime_s
     while True:
         seen = runtime.changes.count
 
@@ -276,7 +298,10 @@ async def history_feed(
                 name="end",
             )
             return
-        now = await runtime.changes.wait(seen, poll)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        now = await runtime.changes.wait(seen, min(poll, left))
         if now != seen:
             await asyncio.sleep(COALESCE_S)
         elif time.monotonic() - last_sent >= heartbeat_s - 0.01:
