@@ -93,6 +93,7 @@ section{background:#fff;border:1px solid #e3e6ea;padding:.6em 1em;margin:.8em 0}
 .msg{border-left:3px solid #9aa5b1;padding:.3em .8em;margin:.4em 0;white-space:pre-wrap}
 .msg-user{border-color:#2b7bd6}.msg-assistant{border-color:#0a6}.msg-tool{border-color:#a60}
 label{margin-right:.8em}
+.live{border-color:#7a5cd6;background:#faf8ff}.live-note{color:#556;font-size:.9em}
 """
 
 
@@ -112,7 +113,8 @@ def layout(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f"<title>{h(title)} · Dex Web</title>"
-        '<link rel=stylesheet href="/ui/static/dex-web.css"></head><body>'
+        '<link rel=stylesheet href="/ui/static/dex-web.css">'
+        '<script src="/ui/static/dex-live.js" defer></script></head><body>'
         f"<header><strong>Dex Web</strong>{nav}{sign_out or ''}</header>"
         f"<main><h1>{h(title)}</h1>{h(body)}</main></body></html>"
     )

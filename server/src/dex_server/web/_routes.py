@@ -22,6 +22,7 @@ from dex_server.store import StoreUnavailableError
 from dex_server.store._records import FlowStatus
 from dex_server.web import _reads
 from dex_server.web._html import CSS, Safe, h, join, json_block, layout, link, tag, when
+from dex_server.web._live import Live
 from dex_server.web._security import WebSecurity, set_cookie_header
 
 _STATUSES: tuple[str, ...] = get_args(FlowStatus)
@@ -31,9 +32,10 @@ _PAGE_SIZE = 50
 _HISTORY_PAGE = 100
 _REMOTE_RPC_TIMEOUT_S = 5.0
 _HEADERS = {
-    # no script runs on these pages: defence in depth behind the escaping
+    # only Dex Web's own script file runs (no inline script): defence behind the escaping
     "content-security-policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self';"
+        " img-src 'self'; form-action 'self';"
         " frame-ancestors 'none'; base-uri 'none'"
     ),
     "x-content-type-options": "nosniff",
@@ -177,6 +179,7 @@ class WebUI:
             Route("/ui/session/message", g(self._send_message, post=True), methods=["POST"]),
             Route("/ui/approvals", g(self._approvals), methods=["GET"]),
             Route("/ui/approvals/resolve", g(self._resolve, post=True), methods=["POST"]),
+            *Live(self.runtime).routes(g),
         ]
 
     async def _read(self, job: Callable[[Any], Any]) -> Any:
