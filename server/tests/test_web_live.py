@@ -174,6 +174,13 @@ async def test_live_text_keeps_only_the_highest_attempt_across_a_worker_kill(
         await expect(group).to_have_attribute("data-attempt", "2")
         await expect(group).to_contain_text("draft 2")
         await expect(group).not_to_contain_text("draft 1")
+        # a page opened now, mid-turn, starts at the turn's start and shows the same
+        late = await page.context.new_page()
+        await late.goto(live.url + f"/ui/session?id={sid}")
+        await expect(late.locator("#live-text .live")).to_have_attribute("data-attempt", "2")
+        await expect(late.locator("#live-text .live")).to_contain_text("draft 2")
+        await expect(late.locator("#live-text")).not_to_contain_text("draft 1")
+        await late.close()
 
     # attempt 3 answers whole: the stored message replaces the live text
     live.gate("live-3").release()
@@ -230,3 +237,34 @@ async def test_a_pending_approval_stays_on_the_open_page_while_the_worker_is_dow
         description=f"{sid} answered",
     )
     assert snapshot.pending_interrupts == []
+
+
+async def test_run_details_and_lists_follow_new_commits(live: Live, page: Page) -> None:
+    sid = "live-history"
+    await live.sessions.start_session(sid, "hello")
+    await wait_for_agent_snapshot(
+        live.sessions,
+        sid,
+        lambda s: s if any("echo: hello" in m.text for m in s.messages) else None,
+        description=f"{sid} answered",
+    )
+    await page.goto(live.url + f"/ui/flow?id={sid}")
+    events = page.locator("#timeline li")
+    shown = await events.count()
+    assert shown > 0
+    lists = await page.context.new_page()
+    await lists.goto(live.url + "/ui/sessions")
+    await expect(lists.locator("#sessions")).to_contain_text(sid)
+
+    await live.sessions.send_user_message(sid, "again")
+    # new history events are appended, and the state panel shows the new answer
+    await expect(page.locator("#state")).to_contain_text("echo: again")
+    assert await events.count() > shown
+    ids = [
+        int(i.removeprefix("event-")) for i in await events.evaluate_all("l => l.map(e => e.id)")
+    ]
+    assert ids == sorted(set(ids))
+    # a session started elsewhere shows up in the open list
+    await live.sessions.start_session("live-newcomer")
+    await expect(lists.locator("#sessions")).to_contain_text("live-newcomer")
+    await lists.close()
