@@ -4,7 +4,9 @@ Scripted model (no network): "live retry" answers on RunModel attempts 1 and 2 w
 of ``draft <attempt> ...`` and then fails, and on attempt 3 with the whole text; every
 attempt first passes the ``FileGate`` ``live-<attempt>``, so a test can look at the page
 (or SIGKILL the Worker) in the middle of the model call. "refund" asks for
-``issue_refund``, a non-idempotent write that waits for approval. Anything else is echoed.
+``issue_refund``, a non-idempotent write that waits for approval. "live markup" streams
+markup (attempt 1 half of it, then fails; gates ``markup-<attempt>``). Anything else is
+echoed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from dex_agents.testing import (
 STATE_DIR_ENV = "DEX_WEB_LIVE_STATE_DIR"
 FLOW_TYPE = "WebLive"
 FAILING_ATTEMPTS = 2
+# markup in live text; twice, so the half a failing attempt streams holds one whole copy
+XSS = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 
 
 def draft(attempt: int) -> str:
@@ -48,6 +52,8 @@ def _step(call: ModelCall) -> ScriptedResponse:
         return ScriptedText(
             text=draft(call.attempt), fail_attempts=FAILING_ATTEMPTS, gate="live-{attempt}"
         )
+    if "live markup" in text:
+        return ScriptedText(text=XSS * 2, fail_attempts=1, gate="markup-{attempt}")
     if "refund" in text:
         refund = ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": 7, "amount": 30})
         return ScriptedToolCalls(calls=[refund], text="I will refund it.")

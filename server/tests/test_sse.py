@@ -25,6 +25,7 @@ import pytest_asyncio
 from dex_server.testing import RunningServer, running_server
 
 from tests._sse_flows import Ticker
+from tests.test_edge_input import _start
 
 TOKEN = "sse-test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -259,3 +260,20 @@ async def test_history_feed_is_live_and_resumable(env: Env) -> None:
     all_ids = [e["event_id"] for e in page["events"]]
     assert rest == [i for i in all_ids if i > seen[-1]]
     assert rest and all_ids[-1] == rest[-1]
+
+
+async def test_a_stopping_server_ends_its_open_feeds_cleanly(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path / "srv") as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http,
+    ):
+        assert (await http.post("/v1/flows", content=_start("stopping"))).status_code == 200
+        async with feed(http, "/v1/flows/stopping/history/events") as sse:
+            assert (await sse.next())["event"] == "history"
+            stopping = asyncio.ensure_future(srv.stop())
+            # the body ends properly (no cut connection), before uvicorn's grace runs out
+            with pytest.raises(EOFError):
+                while True:
+                    await sse.next()
+            # a graceful exit: uvicorn re-raises the SIGTERM it handled (never a SIGKILL)
+            assert await stopping in (0, -15)

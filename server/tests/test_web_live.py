@@ -26,7 +26,7 @@ from dex_agents.testing import (
 from dex_server.testing import running_server
 from playwright.async_api import Page, expect
 
-from tests._web_live_agent import STATE_DIR_ENV, build_flow, draft
+from tests._web_live_agent import STATE_DIR_ENV, XSS, build_flow, draft
 from tests.test_edge_input import _start
 from tests.test_web_browser import browser, page
 
@@ -268,3 +268,21 @@ async def test_run_details_and_lists_follow_new_commits(live: Live, page: Page) 
     await live.sessions.start_session("live-newcomer")
     await expect(lists.locator("#sessions")).to_contain_text("live-newcomer")
     await lists.close()
+
+
+async def test_markup_in_live_text_is_shown_as_text(live: Live, page: Page) -> None:
+    sid = "live-markup"
+    await live.sessions.start_session(sid)
+    await page.goto(live.url + f"/ui/session?id={sid}")
+    title = await page.title()
+    await live.sessions.send_user_message(sid, "live markup")
+    await live.gate("markup-1").wait_until_reached()
+    live.gate("markup-1").release()
+    await live.gate("markup-2").wait_until_reached()
+    group = page.locator("#live-text .live")
+    await expect(group).to_contain_text(XSS)
+    assert await page.locator("#live-text img, #live-text script").count() == 0
+    live.gate("markup-2").release()
+    await expect(page.locator("#conversation")).to_contain_text(XSS + XSS)
+    assert await page.locator("main img, main script").count() == 0
+    assert await page.title() == title

@@ -243,6 +243,15 @@ class _Server(uvicorn.Server):
         for event in self._on_ready:
             event.set()
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # open Server-Sent Events feeds end now instead of holding the graceful shutdown
+        runtime = getattr(getattr(self.config.app, "state", None), "runtime", None)
+        if runtime is not None:
+            from dex_server.api._sse import slots_of
+
+            slots_of(runtime).close_all()
+        await super().shutdown(sockets)
+
 
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

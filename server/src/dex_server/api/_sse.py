@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -32,6 +33,7 @@ from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import Tx
 
+log = logging.getLogger("dex_server.sse")
 MEDIA_TYPE = "text/event-stream"
 # Browsers wait this long (ms) before reconnecting a dropped EventSource.
 RETRY_MS = 2000
@@ -57,6 +59,7 @@ class SseSlots:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open = 0
+        self.closing = asyncio.Event()
 
     def take(self) -> None:
         """Count one more connection.
@@ -76,6 +79,11 @@ class SseSlots:
     def give(self) -> None:
         """Count one connection less."""
         self.open -= 1
+
+    def close_all(self) -> None:
+        """End every open feed (the server is stopping); later ones are refused."""
+        self.closing.set()
+        self.limit = 0
 
 
 def slots_of(runtime: Runtime) -> SseSlots:
@@ -151,15 +159,21 @@ class SseResponse(Response):
             )
             pump = asyncio.ensure_future(self._pump(send))
             watch = asyncio.ensure_future(_until_disconnect(receive))
+            stop = asyncio.ensure_future(self.slots.closing.wait())
+            tasks = (pump, watch, stop)
             try:
-                await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for t in (pump, watch):
+                for t in tasks:
                     t.cancel()
-                for t in (pump, watch):
-                    with contextlib.suppress(asyncio.CancelledError, OSError):
+                for t in tasks:
+                    try:
                         await t
-            if pump.done() and not pump.cancelled() and pump.exception() is None:
+                    except (asyncio.CancelledError, OSError):
+                        pass  # cancelled here, or the client's connection is gone
+                    except Exception:
+                        log.warning("a Server-Sent Events feed failed", exc_info=True)
+            if not watch.done() or watch.cancelled():
                 with contextlib.suppress(OSError):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
