@@ -22,6 +22,7 @@ import dex
 import httpx
 import pytest
 import pytest_asyncio
+from dex_server.service._changes import Changes
 from dex_server.testing import RunningServer, running_server
 
 from tests._sse_flows import Ticker
@@ -277,3 +278,21 @@ async def test_a_stopping_server_ends_its_open_feeds_cleanly(tmp_path: Path) -> 
                     await sse.next()
             # a graceful exit: uvicorn re-raises the SIGTERM it handled (never a SIGKILL)
             assert await stopping in (0, -15)
+
+
+async def test_history_feeds_wake_only_for_their_run_and_leave_no_bookkeeping() -> None:
+    changes = Changes()
+    with changes.watching("run-a"):
+        seen = changes.mark("run-a")
+        changes.bump(["run-b"])  # another run: a reader of run-a keeps waiting
+        assert changes.mark("run-a") == seen
+        assert not await changes.wait_run("run-a", seen, 0.01)
+        waiter = asyncio.ensure_future(changes.wait_run("run-a", seen, DEADLINE_S))
+        await asyncio.sleep(0)
+        changes.bump(["run-b", "run-a"])
+        assert await waiter
+        seen = changes.mark("run-a")
+        changes.bump(None)  # another server's signal: any run may have changed
+        assert changes.mark("run-a") != seen
+    changes.bump(["run-a"])
+    assert changes._runs == {} and changes._watchers == {}

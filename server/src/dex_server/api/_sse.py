@@ -291,33 +291,38 @@ async def history_feed(
     poll = min(heartbeat_s, SHARED_POLL_S) if runtime.shared else heartbeat_s
     last_sent = time.monotonic()
     deadline = last_sent + lifetime_s
-    while True:
-        seen = runtime.changes.count
+    changes = runtime.changes
+    with changes.watching(run_id):
+        while True:
+            seen = changes.mark(run_id)
 
-        def job(tx: Tx, after: int = after) -> tuple[HistoryPage, str]:
-            page = _flows.history_page(tx, flow_id, run_id, HISTORY_PAGE, str(after))
-            flow = tx.flows.get(run_id)
-            return page, flow.status if flow is not None else "deleted"
+            def job(tx: Tx, after: int = after) -> tuple[HistoryPage, str]:
+                page = _flows.history_page(tx, flow_id, run_id, HISTORY_PAGE, str(after))
+                flow = tx.flows.get(run_id)
+                return page, flow.status if flow is not None else "deleted"
 
-        page, status = await runtime.store.read(job)
-        for e in page.events:
-            after = e.event_id
-            yield event(encoder.encode(e), id_=str(after), name="history")
-            last_sent = time.monotonic()
-        if page.next_page_token is not None:
-            continue
-        if status != "running":
-            yield event(
-                encoder.encode({"flow_id": flow_id, "run_id": run_id, "status": status}),
-                name="end",
-            )
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        now = await runtime.changes.wait(seen, min(poll, left))
-        if now != seen:
-            await asyncio.sleep(COALESCE_S)
-        elif time.monotonic() - last_sent >= heartbeat_s - 0.01:
-            yield None
-            last_sent = time.monotonic()
+            page, status = await runtime.store.read(job)
+            for e in page.events:
+                after = e.event_id
+                yield event(encoder.encode(e), id_=str(after), name="history")
+                last_sent = time.monotonic()
+            if page.next_page_token is not None:
+                continue
+            if status != "running":
+                yield event(
+                    encoder.encode({"flow_id": flow_id, "run_id": run_id, "status": status}),
+                    name="end",
+                )
+                return
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                if await changes.wait_run(run_id, seen, min(poll, left)):
+                    await asyncio.sleep(COALESCE_S)  # a burst of commits: one read
+                    break
+                if time.monotonic() - last_sent >= heartbeat_s - 0.01:
+                    yield None
+                    last_sent = time.monotonic()
+                if runtime.shared:
+                    break  # look anyway: another server may have committed silently

@@ -188,7 +188,7 @@ class Runtime:
 
     def apply(self, eff: Effects) -> None:
         if eff.versions or eff.closed:
-            self.changes.bump()
+            self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
             self.specs.install(idx)
         for run_id, v in eff.versions.items():
