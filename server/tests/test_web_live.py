@@ -123,6 +123,46 @@ async def test_live_feeds_need_the_session_cookie_when_the_server_has_a_token(
         assert r.status_code == 303
 
 
+async def test_the_ui_feeds_stream_server_sent_events_with_the_session_cookie(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_server(tmp_path / "srv") as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http,
+    ):
+        assert (await http.post("/v1/flows", content=_start("ui-feed"))).status_code == 200
+        w = await http.post(
+            "/v1/streams/Talker/out/ui-feed", json={"source": "test", "value": {"n": 1}}
+        )
+        assert w.status_code == 200, w.text
+        stop = await http.post("/v1/flows/ui-feed/stop", json={"type": "cancel"})
+        assert stop.status_code == 200, stop.text
+        # a closed Flow: the feeds send what there is, then the end (no cookie yet: one is set)
+        r = await http.get("/ui/live/history", params={"id": "ui-feed"})
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert "dex_web_session=" in r.headers["set-cookie"]
+        history = _events(r.text)
+        assert {e["event"] for e in history[:-1]} == {"history"}
+        assert history[-1]["event"] == "end"
+        assert json.loads(history[-1]["data"])["status"] == "canceled"
+        r = await http.get(
+            "/ui/live/stream", params={"id": "ui-feed", "stream": "out", "after": "0"}
+        )
+        stream = _events(r.text)
+        assert [e["event"] for e in stream] == ["message", "end"]
+        assert json.loads(stream[0]["data"])["value"] == {"n": 1}
+
+
+def _events(text: str) -> list[dict[str, str]]:
+    """The events of a whole text/event-stream body (comments and retry left out)."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in fields:
+            out.append(fields)
+    return out
+
+
 # ------------------------------------------------------------------ in the browser
 
 

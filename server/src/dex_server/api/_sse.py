@@ -154,7 +154,13 @@ class SseResponse(Response):
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+                    "headers": [(k.encode(), v.encode()) for k, v in headers.items()]
+                    # headers added to the response after it was made (a session cookie)
+                    + [
+                        (k, v)
+                        for k, v in self.raw_headers
+                        if k not in (b"content-length", b"content-type")
+                    ],
                 }
             )
             pump = asyncio.ensure_future(self._pump(send))

@@ -36,9 +36,10 @@
       return true;
     }
     if (node.matches("details[open]") || node.querySelector("details[open] form")) return true;
+    // text typed (a value the page was not rendered with)
     var fields = node.querySelectorAll("textarea, input[type=text], input:not([type])");
     for (var i = 0; i < fields.length; i++) {
-      if (fields[i].value) return true;
+      if (fields[i].value !== fields[i].defaultValue) return true;
     }
     return false;
   }
