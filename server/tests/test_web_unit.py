@@ -50,7 +50,7 @@ def test_root_redirects_to_dex_web(open_ui: TestClient) -> None:
     assert r.headers["location"] == "/ui/flows"
 
 
-def test_pages_set_a_strict_http_only_session_cookie_and_a_no_script_policy(
+def test_pages_set_a_strict_http_only_session_cookie_and_a_self_only_script_policy(
     open_ui: TestClient,
 ) -> None:
     r = open_ui.get("/ui/flows")
@@ -58,7 +58,9 @@ def test_pages_set_a_strict_http_only_session_cookie_and_a_no_script_policy(
     assert "<table id=flows>" in r.text
     cookie = r.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
-    assert "script-src" not in r.headers["content-security-policy"]
+    csp = r.headers["content-security-policy"]
+    # only Dex Web's own script file: no inline script, no eval, no other origin
+    assert "script-src 'self';" in csp and "unsafe" not in csp
     assert "default-src 'none'" in r.headers["content-security-policy"]
 
 

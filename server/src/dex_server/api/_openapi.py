@@ -60,6 +60,30 @@ def _page_size(default: int) -> dict[str, Any]:
 _FLOW_STATUSES = ["running", "completed", "failed", "canceled", "terminated"]
 _UUID7 = "[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}"
 
+_AFTER = (
+    "resume after this event ID (a first connection; a Last-Event-ID header wins);"
+    " default: from the oldest"
+)
+_LIFETIME = (
+    "how long the feed stays open, in seconds (0 to 60); then it ends without an end"
+    " event and the client reconnects with Last-Event-ID, as EventSource does by itself"
+)
+_SSE = {
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/events"): (
+        "Each Stream message as an event `message` (id: its resume token; data: a"
+        " StreamMessageWire as JSON), in order, as it is written. Send the last id seen as"
+        " the Last-Event-ID header to resume; idle feeds get a comment line every"
+        " sse_heartbeat_s. When the Flow closes, the feed sends what is left, then an event"
+        " `end` (data: flow_id, run_id, status) and ends. Over max_sse_connections open"
+        " feeds: 503 UNAVAILABLE naming the limit."
+    ),
+    ("get", "/v1/flows/{flow_id}/history/events"): (
+        "Each history event of the run as an event `history` (id: its event_id; data: a"
+        " HistoryEventWire as JSON), oldest first, then each new one as it commits."
+        " Resumes, heartbeats, ends and is limited like the Stream feed."
+    ),
+}
+
 # query parameters of each (method, path): name -> (schema, description)
 _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
     ("get", "/v1/flows"): {
@@ -90,6 +114,15 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
     ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/next"): {
         "resume_token": (_TOKEN, "resume_token of the last message read (default: oldest)"),
         "timeout_s": (_TIMEOUT, "how long to wait for a message, in seconds (0 to 60)"),
+    },
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/events"): {
+        "after": (_TOKEN, _AFTER),
+        "timeout_s": (_TIMEOUT, _LIFETIME),
+    },
+    ("get", "/v1/flows/{flow_id}/history/events"): {
+        "run_id": ({"type": "string"}, "a run of the Flow ID (default: the latest)"),
+        "after": (_TOKEN, _AFTER),
+        "timeout_s": (_TIMEOUT, _LIFETIME),
     },
     ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}"): {
         "before": (_TOKEN, "before_page_token of the previous page"),
@@ -144,6 +177,20 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         "StreamListResponse",
         "List Stream messages, newest first",
     ),
+    (
+        "get",
+        "/v1/streams/{flow_type}/{stream}/{flow_id}/events",
+        None,
+        None,
+        "Follow a Stream as Server-Sent Events",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/history/events",
+        None,
+        None,
+        "Follow a run's history as Server-Sent Events",
+    ),
     ("get", "/v1/blobs/{sha256}", None, None, "Blob bytes (offloaded values)"),
     ("get", "/v1/health", None, "HealthResponse", "Health check (no auth)"),
     ("get", "/openapi.json", None, None, "This document"),
@@ -166,6 +213,11 @@ def _ok(method: str, path: str, resp: str | None) -> dict[str, Any]:
         return {"description": "OK", "content": {"application/json": {"schema": _EMPTY}}}
     if resp is not None:
         return {"description": "OK", **_ref(resp)}
+    if (method, path) in _SSE:
+        return {
+            "description": _SSE[(method, path)],
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
     if path == "/v1/blobs/{sha256}":
         media = "application/octet-stream"
         return {"description": "raw bytes", "content": {media: {"schema": {}}}}
@@ -197,6 +249,8 @@ def _operation(
     if req or params or (method, path) in _QUERY:
         responses["413"] = _error("A limit was exceeded (LIMIT_EXCEEDED names it)")
     responses["431"] = _error("Request head over max_header_bytes or max_header_count")
+    if (method, path) in _SSE:
+        responses["503"] = _error("Too many feeds open (UNAVAILABLE names max_sse_connections)")
     if (method, path) in _NEEDS_FEATURES:
         responses["422"] = _error(
             "Needs a feature this server does not run (FEATURE_NOT_AVAILABLE)"

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dex_server.api import _sse
 from dex_server.api._openapi import openapi_document
 from dex_server.api._paths import (
     MAX_SEGMENT_BYTES,
@@ -292,6 +293,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
         R("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
         *_stream_routes(runtime),
+        *_sse_routes(runtime),
         R("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
         WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
@@ -350,6 +352,46 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/streams/{flow_type}/{stream}/{flow_id}/next", g(stream_next), methods=["GET"]),
         R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_write), methods=["POST"]),
         R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_list), methods=["GET"]),
+    ]
+
+
+def _sse_routes(runtime: Runtime) -> list[BaseRoute]:
+    """The Server-Sent Events feeds (see ``api/_sse.py``)."""
+
+    def respond(feed: _sse.Feed) -> Response:
+        slots = _sse.slots_of(runtime)
+        slots.take()
+        return _sse.SseResponse(feed, slots)
+
+    async def stream_events(request: Request) -> Response:
+        ft, st, fid = _segment(request, "flow_type"), _segment(request, "stream"), _flow_id(request)
+        cap = runtime.stream_capacity(ft, st)
+        after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        # the feed ends when the Flow closes: it must exist
+        await runtime.store.read(lambda tx: _flows.require_flow(tx, fid))
+        return respond(
+            _sse.stream_feed(
+                runtime, (ft, st, fid), cap, after, runtime.config.sse_heartbeat_s, life
+            )
+        )
+
+    async def history_events(request: Request) -> Response:
+        fid = _flow_id(request)
+        run_id = _query(request, "run_id")
+        after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        flow = await runtime.store.read(lambda tx: _flows.require_flow(tx, fid, run_id))
+        return respond(
+            _sse.history_feed(
+                runtime, fid, flow.run_id, after, runtime.config.sse_heartbeat_s, life
+            )
+        )
+
+    g, R = _guard, RawPathRoute
+    return [
+        R("/v1/streams/{flow_type}/{stream}/{flow_id}/events", g(stream_events), methods=["GET"]),
+        R("/v1/flows/{flow_id}/history/events", g(history_events), methods=["GET"]),
     ]
 
 

@@ -203,6 +203,12 @@ def server(
             help="Most open connections, 503 above it (default: open-file limit less 64).",
         ),
     ] = None,
+    max_sse_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-sse-connections", min=1, help="Most open Server-Sent Events feeds, 503 above it."
+        ),
+    ] = 1000,
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
@@ -228,6 +234,7 @@ def server(
                 http_body_timeout_s=http_body_timeout_s,
                 http_keep_alive_s=http_keep_alive_s,
                 max_connections=max_connections,
+                max_sse_connections=max_sse_connections,
             ),
             web=not no_web,
         )

@@ -50,6 +50,7 @@ class HttpArgs:
     http_body_timeout_s: float = 60.0
     http_keep_alive_s: float = 5.0
     max_connections: int | None = None
+    max_sse_connections: int = 1000
 
 
 @dataclass(frozen=True, kw_only=True)

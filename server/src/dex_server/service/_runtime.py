@@ -35,6 +35,7 @@ from dex_server.dispatch import (
 from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _flows, _locks, _steps
+from dex_server.service._changes import Changes
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
     Effects,
@@ -98,6 +99,8 @@ class Runtime:
         self._versions: dict[str, int] = {}
         self._versions_touched: set[str] = set()
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # wakes live readers (SSE history feeds, Dex Web pages) after each commit
+        self.changes = Changes()
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
         self._refill_at = 0.0
@@ -184,6 +187,8 @@ class Runtime:
         self._versions_touched = set()
 
     def apply(self, eff: Effects) -> None:
+        if eff.versions or eff.closed:
+            self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
             self.specs.install(idx)
         for run_id, v in eff.versions.items():

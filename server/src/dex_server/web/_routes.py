@@ -33,6 +33,7 @@ from dex_server.web._html import (
     value_block,
     when,
 )
+from dex_server.web._live import Live
 from dex_server.web._security import WebSecurity, set_cookie_header
 
 _STATUSES: tuple[str, ...] = get_args(FlowStatus)
@@ -42,9 +43,10 @@ _PAGE_SIZE = 50
 _HISTORY_PAGE = 100
 _REMOTE_RPC_TIMEOUT_S = 5.0
 _HEADERS = {
-    # no script runs on these pages: defence in depth behind the escaping
+    # only Dex Web's own script file runs (no inline script): defence behind the escaping
     "content-security-policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self';"
+        " img-src 'self'; form-action 'self';"
         " frame-ancestors 'none'; base-uri 'none'"
     ),
     "x-content-type-options": "nosniff",
@@ -188,6 +190,7 @@ class WebUI:
             Route("/ui/approvals/resolve", g(self._resolve, post=True), methods=["POST"]),
             Route("/ui/session/steer", g(self._steer, post=True), methods=["POST"]),
             Route("/ui/session/cancel", g(self._cancel_turn, post=True), methods=["POST"]),
+            *Live(self.runtime).routes(g),
         ]
 
     async def _read(self, job: Callable[[Any], Any]) -> Any:
