@@ -87,6 +87,12 @@ class AsyncWorker:
     Start a Worker once; it is not reusable after ``stop()``. ``async with
     AsyncWorker(...) as worker:`` closes it on exit (``close()``: stop, drain, wait).
 
+    Logging: logger ``dex.worker`` tells where it connected, the Flow types it serves and
+    its task slots, reconnects and the drain on stop; ``dex.worker.task`` logs every
+    failed attempt with its traceback and whether the server retries it. When the process
+    configured no logging (no root handler), the first start adds an INFO stderr handler
+    to the ``dex`` logger; configure logging yourself to change that.
+
     Raises:
         FeatureNotAvailableError: ``options`` ask for a listening Worker.
 
