@@ -11,7 +11,10 @@ dependencies from PyPI). It checks, printing one line per step:
    from the wheel);
 4. an ``AsyncWorker`` built with no options (the address from env ``DEX_SERVER_ADDRESS``)
    serves an agent session with a scripted model and one read tool; the session's answer
-   and its Step history (read by ``dexcli flow history``) are as expected.
+   and its Step history (read by ``dexcli flow history``) are as expected;
+5. with ``--pydantic-ai``, the same Worker also serves a Pydantic AI ``Agent`` (the
+   adapter's offline ``FakeModel``) through ``dex-agents-pydantic-ai``, and one session of
+   it answers.
 
 Exits non-zero on the first failed check.
 """
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import dex
 import dex_agents
@@ -89,6 +93,54 @@ def build_flow() -> AgentSessionFlow:
     )
 
 
+def pydantic_ai_flow() -> AgentSessionFlow:
+    # Only the wheel check's environment has the adapter; the repository's root one not.
+    from dex_agents_pydantic_ai import (  # type: ignore[import-not-found, unused-ignore]
+        FakeModel,
+        FakeReply,
+        FakeToolCall,
+        PydanticAIRunner,
+    )
+    from pydantic_ai import Agent  # type: ignore[import-not-found, unused-ignore]
+
+    def script(call: Any) -> Any:
+        if call.call_index == 0:
+            return FakeReply(
+                text="Looking it up.",
+                tool_calls=[FakeToolCall(tool_name="lookup_order", arguments={"order_id": 7})],
+            )
+        found = call.result_of("lookup_order")
+        return f"Order 7: {found.model_response_str() if found else 'not found'}"
+
+    agent = Agent(FakeModel(script))
+    agent.tool_plain(lookup_order)
+    policies = {"lookup_order": ToolPolicy(ToolEffect.READ)}
+    flow: AgentSessionFlow = AgentSessionFlow(
+        PydanticAIRunner(agent),
+        flow_type="WheelPydanticAiAgent",
+        options=AgentSessionOptions(tool_policies=policies),
+    )
+    return flow
+
+
+async def one_session(sessions: AgentSessionClient, session_id: str) -> list[str]:
+    await sessions.start_session(session_id, "Where is order 7?")
+    snapshot = await wait_for_agent_snapshot(
+        sessions,
+        session_id,
+        lambda s: (
+            s
+            if s.state is not None
+            and s.state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
+            and s.state.turn_count >= 1
+            else None
+        ),
+        description=f"the end of the first turn of {session_id}",
+        timeout=60,
+    )
+    return [m.text for m in snapshot.messages if m.role is MessageRole.ASSISTANT]
+
+
 def check_imports() -> None:
     prefix = Path(sys.prefix).resolve()
     for module in (dex, dex_server, dex_agents):
@@ -133,36 +185,28 @@ def start_server(dexcli: Path) -> tuple[subprocess.Popen[bytes], str]:
     return server, address
 
 
-async def run_session(address: str) -> None:
+async def run_session(address: str, with_pydantic_ai: bool) -> None:
     os.environ["DEX_SERVER_ADDRESS"] = address
     flow = build_flow()
-    registry = Registry([flow], allow_async_handlers=True)
+    flows = [flow, pydantic_ai_flow()] if with_pydantic_ai else [flow]
+    registry = Registry(flows, allow_async_handlers=True)
     worker = AsyncWorker(registry)  # no options: the address comes from DEX_SERVER_ADDRESS
     serving = asyncio.create_task(worker.start())
     await worker.wait_pull_registered(30)
     check(True, "an AsyncWorker with default options registered")
     client = AsyncClient(registry)
     try:
-        sessions = AgentSessionClient(client, flow)
-        await sessions.start_session("wheel-1", "Where is order 7?")
-        snapshot = await wait_for_agent_snapshot(
-            sessions,
-            "wheel-1",
-            lambda s: (
-                s
-                if s.state is not None
-                and s.state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
-                and s.state.turn_count >= 1
-                else None
-            ),
-            description="the end of the first turn",
-            timeout=60,
-        )
-        replies = [m.text for m in snapshot.messages if m.role is MessageRole.ASSISTANT]
+        replies = await one_session(AgentSessionClient(client, flow), "wheel-1")
         check(bool(replies) and "shipped" in replies[-1], f"the agent answered {replies[-1]!r}")
         history = await read_step_history(address, "wheel-1")
         executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
         check("CallTool" in executed, "dexcli flow history lists " + " -> ".join(executed))
+        if with_pydantic_ai:
+            replies = await one_session(AgentSessionClient(client, flows[1]), "wheel-pydantic-1")
+            check(
+                bool(replies) and "shipped" in replies[-1],
+                f"the Pydantic AI agent answered {replies[-1]!r}",
+            )
     finally:
         await client.close()
         await worker.stop()
@@ -175,7 +219,7 @@ def main() -> None:
     dexcli = check_find_dexcli()
     server, address = start_server(dexcli)
     try:
-        asyncio.run(run_session(address))
+        asyncio.run(run_session(address, "--pydantic-ai" in sys.argv[1:]))
     finally:
         server.terminate()
         server.wait(30)

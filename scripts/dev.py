@@ -197,20 +197,21 @@ def adapter_dirs() -> list[Path]:
     return sorted(p.parent for p in ROOT.glob("agents/python/*/pyproject.toml") if p.parent != core)
 
 
-def build(uv: str, out_dir: Path = DIST_DIR) -> int:
-    """Build a wheel and an sdist of every package into ``out_dir`` and check the wheels.
+def build(uv: str, out_dir: Path = DIST_DIR, *, sdists: bool = True) -> int:
+    """Build a wheel (and an sdist) of every package into ``out_dir`` and check the wheels.
 
     Each wheel must hold every file of its package's source folder that is not Python
     (SQL migrations, ``py.typed``, assets), so an installed package runs as it does here.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    kinds = [] if sdists else ["--wheel"]
     builds = [
         [uv, "build", "--package", name, "--out-dir", str(out_dir)]
         for name, _ in WORKSPACE_PACKAGES
     ]
     builds += [[uv, "build", str(d), "--out-dir", str(out_dir)] for d in adapter_dirs()]
     for cmd in builds:
-        if _run([*cmd, "--quiet"]) != 0:
+        if _run([*cmd, *kinds, "--quiet"]) != 0:
             return 1
     problems = check_wheels(out_dir)
     for problem in problems:
@@ -256,24 +257,23 @@ def _dist_name(project: Path) -> str:
 def check_wheels_outside(uv: str) -> int:
     """Build the wheels, install them in a fresh venv outside the repo, run an agent there.
 
-    The venv lives in a temporary folder; pip installs the wheels of the SDK, the server and
-    dex-agents (their dependencies from the package index). ``scripts/_wheel_smoke.py``, run
-    from an empty folder by that venv's Python, starts ``dexcli dev`` and one agent session.
+    The venv lives in a temporary folder; pip installs the wheels of the SDK, the server,
+    dex-agents and the Pydantic AI adapter (their dependencies from the package index).
+    ``scripts/_wheel_smoke.py``, run from an empty folder by that venv's Python, starts
+    ``dexcli dev`` and an agent session of the scripted model and one of Pydantic AI.
     """
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="dex-wheels-"))
     try:
         dist = work / "dist"
         _say(f"building the wheels into {dist}")
-        if build(uv, dist) != 0:
+        if build(uv, dist, sdists=False) != 0:
             return 1
         _say(f"creating an empty virtual environment in {work / 'venv'}")
         venv.EnvBuilder(with_pip=True, clear=True).create(work / "venv")
         bin_dir = work / "venv" / ("Scripts" if os.name == "nt" else "bin")
-        wheels = [
-            str(next(dist.glob(f"{name.replace('-', '_')}-*.whl")))
-            for name, _ in WORKSPACE_PACKAGES
-        ]
+        names = [name for name, _ in WORKSPACE_PACKAGES] + [WHEEL_CHECK_ADAPTER]
+        wheels = [str(next(dist.glob(f"{name.replace('-', '_')}-*.whl"))) for name in names]
         _say("pip install " + " ".join(Path(w).name for w in wheels))
         env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
         pip = [
@@ -284,6 +284,7 @@ def check_wheels_outside(uv: str) -> int:
             "--quiet",
             "--quiet",  # twice: errors only
             "--disable-pip-version-check",
+            "--no-compile",
         ]
         if subprocess.run([*pip, *wheels], cwd=work, env=env, check=False).returncode != 0:
             _say("pip install of the wheels failed")
@@ -292,7 +293,7 @@ def check_wheels_outside(uv: str) -> int:
         app.mkdir()
         shutil.copy(ROOT / "scripts" / "_wheel_smoke.py", app / "wheel_smoke.py")
         _say(f"running an agent session from the wheels in {app}")
-        smoke = [str(bin_dir / "python"), "wheel_smoke.py"]
+        smoke = [str(bin_dir / "python"), "wheel_smoke.py", "--pydantic-ai"]
         code = subprocess.run(smoke, cwd=app, env=env, check=False, timeout=300).returncode
         verdict = "passed" if code == 0 else "FAILED"
         _say(f"wheel check {verdict} in {time.monotonic() - started:.1f}s")
@@ -301,6 +302,8 @@ def check_wheels_outside(uv: str) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# The adapter the wheel check installs and runs too (the lightest framework of the three).
+WHEEL_CHECK_ADAPTER = "dex-agents-pydantic-ai"
 # Variables that would point the venv's Python back at this repository or its venv.
 _REPO_ENV = frozenset(
     {"PYTHONPATH", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "DEXCLI", "PYTHONHOME"}
