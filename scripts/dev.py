@@ -270,7 +270,13 @@ def check_wheels_outside(uv: str) -> int:
         if build(uv, dist, sdists=False) != 0:
             return 1
         _say(f"creating an empty virtual environment in {work / 'venv'}")
-        venv.EnvBuilder(with_pip=True, clear=True).create(work / "venv")
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(work / "venv")
+        except (OSError, subprocess.CalledProcessError):
+            # A Python without ensurepip (Debian without python3-venv): uv seeds pip instead.
+            seeded = [uv, "venv", "--seed", "--python", sys.executable, str(work / "venv")]
+            if _run(seeded) != 0:
+                return 1
         bin_dir = work / "venv" / ("Scripts" if os.name == "nt" else "bin")
         names = [name for name, _ in WORKSPACE_PACKAGES] + [WHEEL_CHECK_ADAPTER]
         wheels = [str(next(dist.glob(f"{name.replace('-', '_')}-*.whl"))) for name in names]
