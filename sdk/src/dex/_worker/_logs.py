@@ -51,8 +51,6 @@ def will_retry(error: ErrorInfo, task: Task, policy: RetryPolicySpec | None) -> 
     """
     if error.non_retryable:
         return f"{error.error_type} is not retryable"
-    if task.kind == "rpc":
-        return "an RPC is answered once"
     if policy is None:
         return None
     if policy.maximum_attempts is not None and task.attempt >= policy.maximum_attempts:
@@ -77,7 +75,9 @@ def attempt_failure_line(
             + ")"
         )
     reason = will_retry(error, task, policy)
-    if reason is None:
+    if task.kind == "rpc":
+        level, outcome = logging.WARNING, "the caller receives the error"
+    elif reason is None:
         level, outcome = logging.WARNING, "will retry"
     else:
         level, outcome = logging.ERROR, f"will not retry: {reason}"
