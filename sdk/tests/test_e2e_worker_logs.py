@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from dex import AsyncClient, ClientOptions, FlowStatus, Registry, WorkerOptions
-from dex_server.testing import running_server
+from dex_server.testing import TcpProxy, running_server
 
 from tests.support.polling import wait_until
 from tests.support.talking_worker import TalkingFlow
@@ -125,3 +125,23 @@ def test_env_defaults_fill_only_what_is_left_unset(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("DEX_TOKEN")
     assert ClientOptions().server_address == "localhost:8801"
     assert ClientOptions().credential is None
+
+
+async def test_a_lost_connection_and_the_reconnect_are_logged(
+    tmp_path: Path, scripts: list[_Script]
+) -> None:
+    async with running_server(tmp_path / "server") as server:
+        host, port = server.address.rsplit(":", 1)
+        proxy = TcpProxy((host, int(port)))
+        try:
+            through = f"127.0.0.1:{proxy.port}"
+            script = _Script(tmp_path, {"DEX_SERVER_ADDRESS": through})
+            scripts.append(script)
+            script.wait_for(f"connected to {through}")
+            proxy.cut()
+            script.wait_for("connection to the Dex server closed")
+            proxy.restore()
+            text = script.wait_for(f"reconnected to {through}")
+            assert "serving Flow types [TalkingFlow]" in text.split("reconnected to", 1)[1]
+        finally:
+            proxy.close()
