@@ -7,6 +7,7 @@ address comes from env ``DEX_SERVER_ADDRESS`` and the token from env ``DEX_TOKEN
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dex import AsyncClient, ClientOptions, FlowStatus, Registry, WorkerOptions
+from dex import (
+    AsyncClient,
+    AsyncWorker,
+    ClientOptions,
+    FlowStatus,
+    PullRegistrationError,
+    PullWorkerOptions,
+    Registry,
+    WorkerOptions,
+)
 from dex_server.testing import TcpProxy, running_server
 
 from tests.support.polling import wait_until
@@ -145,3 +155,20 @@ async def test_a_lost_connection_and_the_reconnect_are_logged(
             assert "serving Flow types [TalkingFlow]" in text.split("reconnected to", 1)[1]
         finally:
             proxy.close()
+
+
+async def test_a_worker_stopped_by_a_refused_token_raises_with_the_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEX_TOKEN", raising=False)
+    async with running_server(tmp_path / "server", token="s3cret") as server:
+        options = WorkerOptions(
+            server_address=server.address,
+            pull=PullWorkerOptions(stop_on_permanent_stream_rejection=True),
+        )
+        worker = AsyncWorker(Registry([TalkingFlow()]), None, options)
+        with pytest.raises(PullRegistrationError) as caught:
+            await asyncio.wait_for(worker.start(), timeout=30)
+        assert "missing or wrong bearer token" in str(caught.value)
+        assert "WorkerOptions(credential=...)" in str(caught.value)
+        assert "DEX_TOKEN" in str(caught.value)

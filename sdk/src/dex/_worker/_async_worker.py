@@ -196,6 +196,7 @@ class AsyncWorker:
             # handlers still running after the drain were cancelled: do not wait for them
             self._threads.shutdown(wait=False, cancel_futures=True)
             finished.set()
+            log.info("stopped and disconnected from %s", self.options.server_address)
 
     async def close(self) -> None:
         """Stop the Worker (draining running tasks) and wait until ``start()`` returned.
@@ -458,4 +459,3 @@ class AsyncWorker:
             log.info("stopping: no task running")
         await session.drain(drain)
         await serving
-        log.info("stopped and disconnected from %s", self.options.server_address)
