@@ -326,6 +326,7 @@ async def demo(keep: bool) -> None:
         console.print(f"  {prefix} flow history {SESSION_ID}")
         console.print(f"  {prefix} flow show {SESSION_ID}")
         console.print(f"  {prefix} flow list")
+        console.print(f"  {workdir}/worker-*.log   # what each Worker logged")
         console.print("  examples/support_desk/agent.py   # the scripted model and the tools")
         if keep:
             console.print("\n[dim]Server kept running; Ctrl-C stops it.[/]")
