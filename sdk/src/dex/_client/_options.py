@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dex._credential import CredentialLike
+from dex._env import DEFAULT_SERVER_ADDRESS, env_credential, env_server_address
 from dex._flow_config import FlowConfig, unsupported_flow_config
 from dex._options import RetryPolicy, StepDurability, seconds
 from dex._state._common import check_map_key
@@ -102,13 +103,13 @@ class ClientOptions:
 
     Attributes:
         server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
-            default ``"localhost:8801"``.
+            default: env ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``.
         worker_target: where Flows started by this Client send their tasks. None (the
             default) and a pull target are what this release runs; a listening target
             makes the Client raise ``FeatureNotAvailableError``.
         credential: a ``Credential`` (``FileCredential``, ``ApiKeyCredential``, your
             own) or a fixed bearer token string, for a server started with a token;
-            None sends no token.
+            None (the default) sends the token in env ``DEX_TOKEN`` when set, else none.
         timeout: seconds a single request may take (default 30; keyword only). Long
             polls (``wait_for_flow``, ``read_stream``) add their own wait on top.
 
@@ -117,13 +118,16 @@ class ClientOptions:
 
     """
 
-    server_address: str = "localhost:8801"
+    server_address: str = DEFAULT_SERVER_ADDRESS
     worker_target: WorkerTarget | None = None
     credential: CredentialLike = None
     _: dataclasses.KW_ONLY
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        # The environment fills in only what the caller left unset.
+        object.__setattr__(self, "server_address", env_server_address(self.server_address))
+        object.__setattr__(self, "credential", env_credential(self.credential))
         _check_duration("ClientOptions", "timeout", self.timeout, zero=False)
 
 

@@ -8,6 +8,7 @@ their own ``AgentToolCalls`` instance and publish ``ToolCallResults``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -76,6 +77,9 @@ RUN_MODEL_ATTEMPTS = 3
 RUN_MODEL_RETRY_WINDOW = timedelta(minutes=30)
 MAX_CONTROL_BATCH = 1000
 
+# Under the Worker's loggers, so a worker script shows it beside the failed attempts.
+log = logging.getLogger("dex.worker.agent")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolSteps:
@@ -125,6 +129,7 @@ def fail_turn(
 ) -> StepDecision:
     """Record ``last_turn_error``, leave the failure note, clear the turn, wait again."""
     turn_id = state.active_turn_id or turn_id_of(state.turn_count)
+    log.error("agent session %s: turn %s failed: %s", ctx.flow_id, turn_id, error)
     ended = _end_turn(parts, ctx, state, records, build_turn_failure_note(records))
     persistence.AgentState.set(ctx, replace(ended, last_turn_error=error))
     emit(parts, ctx, turn_id, AgentEventType.TURN_FAILED, {"error": error})
