@@ -419,6 +419,13 @@ class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     requires: list[str] = []
 
 
+class SkipTimerRequest(Struct, kw_only=True, omit_defaults=True):
+    """Which timer of a waiting Step execution to fire now (exactly one selector)."""
+
+    condition_id: str | None = None
+    condition_index: int | None = None
+
+
 class StartFlowResponse(Struct, kw_only=True):
     run_id: str
 
@@ -627,6 +634,9 @@ class ErrorCode:
     UNAVAILABLE = "UNAVAILABLE"
     FEATURE_NOT_AVAILABLE = "FEATURE_NOT_AVAILABLE"
     INTERNAL = "INTERNAL"
+    STEP_EXECUTION_NOT_FOUND = "STEP_EXECUTION_NOT_FOUND"
+    TIMER_NOT_FOUND = "TIMER_NOT_FOUND"
+    TIMER_NOT_PENDING = "TIMER_NOT_PENDING"
 
 
 HTTP_STATUS: dict[str, int] = {
@@ -650,6 +660,9 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.FEATURE_NOT_AVAILABLE: 422,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.STEP_EXECUTION_NOT_FOUND: 404,
+    ErrorCode.TIMER_NOT_FOUND: 404,
+    ErrorCode.TIMER_NOT_PENDING: 412,
 }
 
 worker_frame_decoder: msgspec.json.Decoder[WorkerFrame] = msgspec.json.Decoder(WorkerFrame)

@@ -155,3 +155,43 @@ def match_waits(
             )
         )
     return matches
+
+
+class TimerSelectionError(ValueError):
+    """``skip_timer`` named no timer of the Wait (``fired`` False) or a fired one (True)."""
+
+    def __init__(self, message: str, *, fired: bool) -> None:
+        super().__init__(message)
+        self.fired = fired
+
+
+def skip_timer(
+    wait: WaitSpec, *, condition_id: str | None, condition_index: int | None, now: float
+) -> WaitSpec:
+    """Return ``wait`` with one pending timer made due at ``now`` (it fires now).
+
+    The timer is selected by its ``condition_id`` or by its zero-based position among the
+    Wait's timers (other condition kinds are not counted).
+
+    Raises:
+        TimerSelectionError: no such timer (``fired`` False), or it is no longer pending:
+            it fired or was skipped before (``fired`` True).
+
+    """
+    timers = [i for i, c in enumerate(wait.conditions) if c.kind == "timer"]
+    if condition_id is not None:
+        hits = [i for i in timers if wait.conditions[i].condition_id == condition_id]
+        what = f"condition_id {condition_id!r}"
+    else:
+        k = -1 if condition_index is None else condition_index
+        hits = [timers[k]] if 0 <= k < len(timers) else []
+        what = f"index {condition_index} (the Wait has {len(timers)} timer(s))"
+    if not hits:
+        raise TimerSelectionError(f"the Wait has no timer with {what}", fired=False)
+    at = hits[0]
+    c = wait.conditions[at]
+    if _fired(c, now):
+        raise TimerSelectionError(f"the timer with {what} is no longer pending", fired=True)
+    conditions = list(wait.conditions)
+    conditions[at] = msgspec.structs.replace(c, fire_at=now)
+    return msgspec.structs.replace(wait, conditions=conditions)

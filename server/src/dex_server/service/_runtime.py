@@ -34,7 +34,7 @@ from dex_server.dispatch import (
 )
 from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
-from dex_server.service import _flows, _locks, _steps
+from dex_server.service import _control, _flows, _locks, _steps
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
     Effects,
@@ -98,6 +98,8 @@ class Runtime:
         self._versions: dict[str, int] = {}
         self._versions_touched: set[str] = set()
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # run_id -> futures woken by the next commit this server makes on that run
+        self._change_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
         self._refill_at = 0.0
@@ -192,6 +194,10 @@ class Runtime:
                 self._versions_touched.add(run_id)
         for run_id, eid in eff.cancelled:
             self.dispatcher.cancel(run_id, eid, "the Step was cancelled")
+        for run_id in eff.versions:
+            for w in self._change_waiters.pop(run_id, []):
+                if not w.done():
+                    w.set_result(None)
         for flow_id, run_id in eff.closed:
             self._versions.pop(run_id, None)
             for w in self._closed_waiters.pop(flow_id, []):
@@ -588,6 +594,61 @@ class Runtime:
         except TimeoutError:
             return False
         return True
+
+    async def wait_step_done(
+        self, flow_id: str, step_type: str, number: int, timeout_s: float
+    ) -> bool:
+        """Wait up to ``timeout_s`` for one Step execution of the latest run to end.
+
+        Returns whether it ended. A commit of this server on the run wakes the check;
+        with several servers the store is also polled every second.
+        """
+        deadline = time.monotonic() + timeout_s
+
+        def check(tx: Tx) -> tuple[str, bool]:
+            return _control.step_done(tx, flow_id, step_type, number)
+
+        run_id, done = await self.store.run(check)
+        while not done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            key = run_id
+            self._change_waiters.setdefault(key, []).append(fut)
+            try:
+                # registered first, checked after: a commit in between still wakes us
+                run_id, done = await self.store.run(check)
+                if not done:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(fut, min(left, 1.0 if self.shared else left))
+                    run_id, done = await self.store.run(check)
+            finally:
+                waiters = self._change_waiters.get(key)
+                if waiters is not None:
+                    if fut in waiters:
+                        waiters.remove(fut)
+                    if not waiters:
+                        del self._change_waiters[key]
+        return True
+
+    async def skip_timer(
+        self,
+        flow_id: str,
+        step_type: str,
+        number: int,
+        condition_id: str | None,
+        condition_index: int | None,
+    ) -> None:
+        """Fire one pending timer of a waiting Step execution now (see ``_control``)."""
+        run_id = (await self.store.run(lambda tx: _flows.describe(tx, flow_id))).run_id
+        eff = await self.after_holds(
+            run_id,
+            lambda tx: _control.skip_step_timer(
+                tx, flow_id, step_type, number, condition_id, condition_index, time.time()
+            ),
+        )
+        self.apply(eff)
 
     def _enter_gate(self, run_id: str) -> asyncio.Lock:
         gate, users = self._rpc_gates.get(run_id) or (asyncio.Lock(), 0)

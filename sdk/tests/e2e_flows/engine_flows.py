@@ -1,0 +1,108 @@
+"""Flows for step-completion waits, skipped timers, Flow timeouts and FlowConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from dex import (
+    Channel,
+    Context,
+    Flow,
+    PersistenceSchema,
+    Registry,
+    Step,
+    StepDecision,
+    StepList,
+    Timer,
+    Wait,
+    rpc,
+)
+
+GO = Channel("go", int)
+HOUR = timedelta(hours=1)
+
+# --------------------------------------------------------------------------- step waits
+
+
+class Hold(Step[int]):
+    """Waits for one ``go`` message, then hands over to ``After`` (the Flow stays open)."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(GO.for_one())
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.go_to(After, input + sum(GO.results(context)))
+
+
+class After(Step[int]):
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(GO.for_one())
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input + sum(GO.results(context)))
+
+
+class GateFlow(Flow[int]):
+    """Hold(n) -> After: each Step waits for one ``go`` message (sent with ``go``)."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Hold()).other_steps(After())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+    @rpc
+    def go(self, context: Context, input: int) -> None:
+        GO.publish(context, input)
+
+
+# --------------------------------------------------------------------------- timers
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimersSeen:
+    fired: list[bool]
+    messages: list[int]
+
+
+class LongTimers(Step[str]):
+    """``all``: two one-hour timers "a" and "b"; ``any``: a ``go`` message or "reminder"."""
+
+    def wait_for(self, context: Context, input: str) -> Wait:
+        if input == "all":
+            return Wait.all_of(
+                Timer.by_duration(HOUR, condition_id="a"),
+                Timer.by_duration(HOUR, condition_id="b"),
+            )
+        return Wait.any_of(GO.for_one(), Timer.by_duration(HOUR, condition_id="reminder"))
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        count = 2 if input == "all" else 1
+        fired = [context.has_timer_fired(i) for i in range(count)]
+        return StepDecision.graceful_complete(
+            TimersSeen(fired=fired, messages=list(GO.results(context)))
+        )
+
+
+class TimersFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(LongTimers())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+    @rpc
+    def go(self, context: Context, input: int) -> None:
+        GO.publish(context, input)
+
+
+GATE_FLOW = GateFlow()
+TIMERS_FLOW = TimersFlow()
+FLOWS: list[Flow[Any]] = [GATE_FLOW, TIMERS_FLOW]
+
+
+def registry() -> Registry:
+    """The Worker children's registry (``tests.e2e_flows.engine_flows:registry``)."""
+    return Registry(FLOWS, allow_async_handlers=True)
