@@ -325,8 +325,8 @@ def _step_routes(runtime: Runtime) -> list[BaseRoute]:
         return _flow_id(request), _segment(request, "step_type"), int(raw)
 
     async def completion(request: Request) -> Response:
-        fid, step_type, number = _step(request)
         timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        fid, step_type, number = _step(request)
         if not await runtime.wait_step_done(fid, step_type, number, timeout):
             raise ServiceError(
                 ErrorCode.LONG_POLL_TIMEOUT,
