@@ -1,4 +1,4 @@
-"""End to end: wait_for_step_completion and skip_timer (real server, real Worker child)."""
+"""End to end: wait_for_step_completion, skip_timer and FlowConfig (real server, Worker)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,22 @@ from datetime import timedelta
 
 import pytest
 import pytest_asyncio
-from dex import AsyncClient, ClientOptions, FlowStatus, StepExecutionId, TimerId
+from dex import (
+    ActiveStepSearchMode,
+    AsyncClient,
+    ClientOptions,
+    FlowConfig,
+    FlowStatus,
+    StartFlowOptions,
+    StepDurability,
+    StepExecutionId,
+    TimerId,
+    WorkerTarget,
+)
 from dex._client._wait_options import WaitForStepCompletionOptions
 from dex.errors import (
+    BadRequestError,
+    FeatureNotAvailableError,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     RequestTimeoutError,
@@ -21,8 +34,8 @@ from dex.errors import (
 from dex_server.testing import RunningServer, running_server
 
 from tests.e2e_flows import engine_flows
-from tests.e2e_flows.engine_flows import GATE_FLOW, TIMERS_FLOW, TimersSeen
-from tests.e2e_flows.harness import unique_id, wait_for_phase
+from tests.e2e_flows.engine_flows import CONFIG_FLOW, GATE_FLOW, TIMERS_FLOW, TimersSeen
+from tests.e2e_flows.harness import history, payload, unique_id, wait_for_phase
 from tests.support import WorkerProcess
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -141,3 +154,90 @@ async def test_skip_timer_wins_an_any_of_over_a_channel(stack: Stack) -> None:
     await client.skip_timer(flow_id, step, TimerId.by_condition_index(0))
     result = await client.wait_for_flow(flow_id, timeout=20)
     assert result.single_output(TimersSeen) == TimersSeen(fired=[True], messages=[])
+
+
+# --------------------------------------------------------------------------- FlowConfig
+
+
+async def _durabilities(client: AsyncClient, flow_id: str) -> dict[str, str]:
+    """``"<event type> <execution>"`` -> the durability the Step event records."""
+    seen: dict[str, str] = {}
+    for event in await history(client, flow_id):
+        if event.type.startswith("Step"):
+            context = payload(event)["context"]
+            seen[f"{event.type} {context['stepExecutionId']}"] = context["durability"]
+    return seen
+
+
+async def test_config_override_is_kept_shown_and_merged_by_updates(stack: Stack) -> None:
+    client = stack.client
+    flow_id = unique_id("config")
+    config = FlowConfig(
+        active_step_search_mode=ActiveStepSearchMode.ALL,
+        continue_as_new_threshold=100,
+        step_durability=StepDurability.ASYNC,
+        worker_target=WorkerTarget(pull=True),
+        attribute_store_names=["warehouse"],
+    )
+    await client.start_flow(CONFIG_FLOW, flow_id, 7, StartFlowOptions(config_override=config))
+    await wait_for_phase(client, flow_id, "Own")
+    assert (await client.describe_flow(flow_id)).config == config
+
+    # refused updates change nothing
+    with pytest.raises(BadRequestError, match="continue_as_new_threshold"):
+        await client.update_flow_config(flow_id, FlowConfig(continue_as_new_threshold=-1))
+    with pytest.raises(BadRequestError, match="listening"):
+        await client.update_flow_config(
+            flow_id, FlowConfig(worker_target=WorkerTarget(address="w:1"))
+        )
+    assert (await client.describe_flow(flow_id)).config == config
+
+    update = FlowConfig(step_durability=StepDurability.SYNC, attribute_store_names=[])
+    await client.update_flow_config(flow_id, update)
+    merged = FlowConfig(
+        active_step_search_mode=ActiveStepSearchMode.ALL,
+        continue_as_new_threshold=100,
+        step_durability=StepDurability.SYNC,
+        worker_target=WorkerTarget(pull=True),
+        attribute_store_names=[],
+    )
+    assert (await client.describe_flow(flow_id)).config == merged
+    await client.invoke_rpc(CONFIG_FLOW.go, flow_id, 1)
+    assert (await client.wait_for_flow(flow_id, timeout=20)).single_output(int) == 7
+
+    assert await _durabilities(client, flow_id) == {
+        # the Flow's ASYNC applies to a method without an option or a route
+        "StepExecuteCompleted Plain-1": "async",
+        # a recovery route keeps execute SYNC
+        "StepExecuteCompleted Routed-1": "sync",
+        "StepWaitForCompleted Own-1": "async",
+        # the Step's own option wins
+        "StepExecuteCompleted Own-1": "sync",
+        # after the update, the Flow's SYNC
+        "StepExecuteCompleted Last-1": "sync",
+    }
+    events = [e for e in await history(client, flow_id) if e.type == "FlowConfigUpdated"]
+    assert [payload(e)["update"] for e in events] == [
+        {"step_durability": "sync", "attribute_store_names": []}
+    ]
+    # the closed run keeps its config; a closed Flow takes no update
+    assert (await client.describe_flow(flow_id)).config == merged
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await client.update_flow_config(flow_id, update)
+
+
+async def test_config_errors_at_start_start_nothing(stack: Stack) -> None:
+    client = stack.client
+    flow_id = unique_id("config-bad")
+    listening = FlowConfig(worker_target=WorkerTarget(address="worker:9000"))
+    with pytest.raises(FeatureNotAvailableError):
+        await client.start_flow(
+            CONFIG_FLOW, flow_id, 1, StartFlowOptions(config_override=listening)
+        )
+    negative = FlowConfig(continue_as_new_page_size_bytes=-5)
+    with pytest.raises(BadRequestError, match="continue_as_new_page_size_bytes"):
+        await client.start_flow(CONFIG_FLOW, flow_id, 1, StartFlowOptions(config_override=negative))
+    with pytest.raises(FlowNotFoundError):
+        await client.describe_flow(flow_id)
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await client.update_flow_config(flow_id, FlowConfig(continue_as_new_threshold=3))

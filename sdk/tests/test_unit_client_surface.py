@@ -320,7 +320,7 @@ StartOptions = Callable[[], StartFlowOptions]
         (lambda: StartFlowOptions(retry_policy=RetryPolicy()), "Flow retries"),
         (
             lambda: StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=10)),
-            "continue-as-new",
+            "Flow configuration",
         ),
         (
             lambda: StartFlowOptions(config_override=FlowConfig(worker_target=WorkerTarget("h:1"))),
@@ -360,6 +360,7 @@ async def test_start_options_this_release_runs_are_sent() -> None:
     body = json.loads(request.content)
     assert body["request_id"]  # None: a random idempotency key
     assert body["ignore_already_started"] is True
+    assert body["config"] == {"step_durability": "async", "worker_target": {"pull": True}}
     await client.close()
 
 
@@ -368,7 +369,6 @@ async def test_client_calls_of_features_not_run_yet_fail_before_any_request() ->
     calls = [
         client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
         client.wait_for_attribute_match("f", TITLE, AttributeMatch.equal_to("t")),
-        client.update_flow_config("f", FlowConfig(step_durability=StepDurability.SYNC)),
         client.trigger_continue_as_new("f"),
     ]
     for call in calls:

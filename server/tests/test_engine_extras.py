@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from dex._protocol import ConditionSpec, WaitSpec
+from dex._protocol import ConditionSpec, FlowConfigWire, WaitSpec, WorkerTargetWire
+from dex_server.engine.config import InvalidConfigError, effective_durability, merge_config
 from dex_server.engine.waits import (
     TimerSelectionError,
     WaitingExecution,
@@ -45,3 +46,49 @@ def test_skip_timer_refuses_unknown_and_fired_timers(
     with pytest.raises(TimerSelectionError) as info:
         skip_timer(wait, condition_id=cid, condition_index=index, now=10.0)
     assert info.value.fired is fired
+
+
+# --------------------------------------------------------------------------- FlowConfig
+
+
+def test_merge_config_replaces_the_fields_given_and_keeps_the_rest() -> None:
+    start = FlowConfigWire(continue_as_new_threshold=100, attribute_store_names=["a"])
+    merged = merge_config(start, FlowConfigWire(step_durability="async"))
+    assert merged == FlowConfigWire(
+        continue_as_new_threshold=100, attribute_store_names=["a"], step_durability="async"
+    )
+    # an empty list is a value (it disables the stores), None keeps
+    assert (
+        merge_config(merged, FlowConfigWire(attribute_store_names=[])).attribute_store_names == []
+    )
+    assert merge_config(None, FlowConfigWire()) == FlowConfigWire()
+
+
+@pytest.mark.parametrize(
+    ("update", "named"),
+    [
+        (FlowConfigWire(continue_as_new_threshold=-1), "continue_as_new_threshold"),
+        (FlowConfigWire(continue_as_new_page_size_bytes=1 << 70), "page_size_bytes"),
+        (FlowConfigWire(worker_target=WorkerTargetWire(address="h:1")), "listening"),
+        (FlowConfigWire(worker_target=WorkerTargetWire(headless=True)), "listening"),
+        (FlowConfigWire(attribute_store_names=["ok", ""]), "empty name"),
+    ],
+)
+def test_merge_config_refuses_values_no_flow_can_have(update: FlowConfigWire, named: str) -> None:
+    with pytest.raises(InvalidConfigError, match=named):
+        merge_config(FlowConfigWire(), update)
+
+
+@pytest.mark.parametrize(
+    ("own", "route", "flow", "expected"),
+    [
+        ("async", True, "sync", "async"),  # the method's own option wins, route or not
+        ("sync", False, "async", "sync"),
+        ("default", True, "async", "sync"),  # a recovery route keeps it SYNC
+        ("default", False, "async", "async"),  # else the Flow's step_durability
+        ("default", False, "default", "sync"),  # else SYNC
+        ("default", False, None, "sync"),
+    ],
+)
+def test_effective_durability(own: str, route: bool, flow: str | None, expected: str) -> None:
+    assert effective_durability(own, has_recovery_route=route, flow_default=flow) == expected

@@ -398,6 +398,39 @@ class InitialAttribute(Struct, kw_only=True):
     value: Raw
 
 
+class WorkerTargetWire(Struct, kw_only=True, omit_defaults=True):
+    address: str = ""
+    headless: bool = False
+    pull: bool = False
+
+
+class FlowConfigWire(Struct, kw_only=True, omit_defaults=True):
+    """A Flow's ``FlowConfig``; a field left None keeps the current (or default) value.
+
+    ``attribute_store_names=[]`` is kept as given (it disables Attribute Stores).
+    """
+
+    active_step_search_mode: Literal["default", "all", "with_wait_for", "disabled"] | None = None
+    continue_as_new_threshold: int | None = None
+    continue_as_new_page_size_bytes: int | None = None
+    step_durability: Literal["default", "sync", "async"] | None = None
+    worker_target: WorkerTargetWire | None = None
+    attribute_store_names: list[str] | None = None
+
+
+class FlowTimeoutSpec(Struct, kw_only=True, omit_defaults=True):
+    """A Flow's soft timeout: ``timeout_s`` after the start, what ``policy`` does then.
+
+    ``handler`` holds the timeout handler's options (an Execute-like invocation of
+    ``Flow.handle_timeout``, Step type ``sys:timeout_handler``): its ``execute_*`` fields
+    and ``execute_failure_step`` apply.
+    """
+
+    timeout_s: float
+    policy: Literal["default", "fail", "cancel", "handler"] = "default"
+    handler: StepOptionsSpec | None = None
+
+
 class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     flow_type: str
     flow_id: str
@@ -417,6 +450,8 @@ class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     # optional features the start depends on (a Flow timeout, a retry policy, ...); a
     # server that does not run one refuses the start with FEATURE_NOT_AVAILABLE
     requires: list[str] = []
+    config: FlowConfigWire | None = None
+    timeout: FlowTimeoutSpec | None = None
 
 
 class SkipTimerRequest(Struct, kw_only=True, omit_defaults=True):
@@ -457,6 +492,9 @@ class FlowInfoWire(Struct, kw_only=True, omit_defaults=True):
     status: Literal["running", "completed", "failed", "canceled", "terminated"]
     started_at: float
     closed_at: float | None = None
+    config: FlowConfigWire | None = None
+    # absolute soft-timeout deadline (unix seconds) of the run, if it has one
+    timeout_at: float | None = None
 
 
 class CompletionWire(Struct, kw_only=True, omit_defaults=True):

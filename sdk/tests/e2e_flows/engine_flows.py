@@ -14,7 +14,9 @@ from dex import (
     Registry,
     Step,
     StepDecision,
+    StepDurability,
     StepList,
+    StepOptions,
     Timer,
     Wait,
     rpc,
@@ -98,9 +100,67 @@ class TimersFlow(Flow[str]):
         GO.publish(context, input)
 
 
+# --------------------------------------------------------------------------- FlowConfig
+
+
+class Plain(Step[int]):
+    """No durability of its own: the Flow's ``step_durability`` applies."""
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.go_to(Routed, input)
+
+
+class Recover(Step[None]):
+    def execute(self, context: Context, input: None) -> StepDecision:
+        return StepDecision.graceful_complete(-1)
+
+
+class Routed(Step[int]):
+    """Has a recovery route: its execute is SYNC whatever the Flow says."""
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.go_to(Own, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions().on_execute_failure_proceed_to(Recover)
+
+
+class Own(Step[int]):
+    """Its execute says SYNC itself; its wait_for waits for one ``go`` message."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(GO.for_one())
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.go_to(Last, input)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_durability=StepDurability.SYNC)
+
+
+class Last(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input)
+
+
+class ConfigFlow(Flow[int]):
+    """Plain -> Routed -> Own (waits for ``go``) -> Last."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Plain()).other_steps(Routed(), Own(), Last(), Recover())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+    @rpc
+    def go(self, context: Context, input: int) -> None:
+        GO.publish(context, input)
+
+
 GATE_FLOW = GateFlow()
 TIMERS_FLOW = TimersFlow()
-FLOWS: list[Flow[Any]] = [GATE_FLOW, TIMERS_FLOW]
+CONFIG_FLOW = ConfigFlow()
+FLOWS: list[Flow[Any]] = [GATE_FLOW, TIMERS_FLOW, CONFIG_FLOW]
 
 
 def registry() -> Registry:

@@ -17,6 +17,7 @@ from dex._client._options import (
     StartFlowOptions,
     StopFlowOptions,
     TimeTravelOptions,
+    flow_timeout_spec,
     required_start_features,
     seconds,
 )
@@ -30,7 +31,7 @@ from dex._client._types import (
     StreamMessagesPage,
 )
 from dex._client._wait_options import WaitForStepCompletionOptions
-from dex._flow_config import FlowConfig
+from dex._flow_config import FlowConfig, config_to_wire
 from dex._protocol import (
     AttributeValuesWire,
     FlowInfoWire,
@@ -185,6 +186,10 @@ class AsyncClient:
             ],
             start_delay_s=seconds(options.start_delay),
             requires=required_start_features(options),
+            config=None
+            if options.config_override is None
+            else config_to_wire(options.config_override),
+            timeout=flow_timeout_spec(self.registry.flow_entry(spec.flow_type), options),
         )
         response = await self._http.call(
             "POST", "/v1/flows", StartFlowResponse, body=request, flow_id=flow_id, idempotent=True
@@ -674,13 +679,28 @@ class AsyncClient:
         feature_not_available("waiting for an Attribute (wait_for_attribute_match)")
 
     async def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
-        """Merge ``config`` into a running Flow's ``FlowConfig`` (not run yet).
+        """Merge ``config`` into a running Flow's ``FlowConfig``.
+
+        Every field of ``config`` that is not None replaces the Flow's value; the others
+        keep theirs (``attribute_store_names=[]`` is a value: it disables the stores).
+        ``describe_flow(...).config`` shows the merged config, and the history records a
+        ``FlowConfigUpdated`` event. Step methods that start afterwards use the new
+        ``step_durability``; which fields mean something in this engine is said on
+        ``FlowConfig``. Concurrent updates are applied one after the other.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotActiveOrNotFoundError: the Flow is closed or does not exist.
+            BadRequestError: a negative continue-as-new field, a listening
+                ``worker_target`` or an empty Attribute Store name (nothing changes).
 
         """
-        feature_not_available("Flow configuration updates (update_flow_config)")
+        await self._http.raw(
+            "POST",
+            f"/v1/flows/{_Q(flow_id)}/config",
+            body=config_to_wire(config),
+            flow_id=flow_id,
+            idempotent=True,
+        )
 
     async def trigger_continue_as_new(self, flow_id: str) -> None:
         """Make a running Flow continue as a new run (not run yet).

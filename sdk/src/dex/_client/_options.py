@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 from dex._credential import CredentialLike
 from dex._flow_config import FlowConfig, unsupported_flow_config
 from dex._options import RetryPolicy, StepDurability, seconds
+from dex._protocol import FlowTimeoutSpec
 from dex._state._common import check_map_key
 from dex._worker_target import WorkerTarget
 
 if TYPE_CHECKING:
     from dex._options import StepOptions
+    from dex._registry import FlowEntry
     from dex._step import Step
 
 __all__ = [
@@ -256,6 +258,45 @@ class StartFlowOptions:
     def _adding(self, item: InitialAttribute) -> StartFlowOptions:
         items = (*self._attribute_initializations, item)
         return dataclasses.replace(self, _attribute_initializations=items)
+
+
+def flow_timeout_spec(entry: FlowEntry, options: StartFlowOptions) -> FlowTimeoutSpec | None:
+    """The wire form of the start's soft timeout (None: the Flow has none).
+
+    Raises:
+        FlowDefinitionError: ``timeout_handler_options`` lock, load or route to something
+            the Flow does not declare.
+
+    """
+    from dex._options import StepOptions as Options
+    from dex._spec import options_spec
+
+    timeout_s = seconds(options.timeout)
+    if timeout_s is None:
+        return None
+    h = options.timeout_handler_options
+    handler = None
+    if h is not None:
+        step_options = Options(
+            execute_method_timeout=h.method_timeout,
+            heartbeat_timeout=h.heartbeat_timeout,
+            execute_retry=h.retry,
+            execute_durability=h.durability,
+            execute_lock_attributes=h.lock_attributes,
+            execute_load_attribute_maps=h.load_attribute_maps,
+            execute_load_attribute_map_instances=h.load_attribute_map_instances,
+            execute_load_channels=h.load_channels,
+            execute_load_channel_maps=h.load_channel_maps,
+            execute_load_channel_map_instances=h.load_channel_map_instances,
+            execute_failure_step=h._failure_target,
+            execute_failure_options=h._failure_options,
+        )
+        handler = options_spec(step_options, entry, "timeout_handler_options")
+    return FlowTimeoutSpec(
+        timeout_s=timeout_s,
+        policy=options.timeout_policy.value,
+        handler=handler,
+    )
 
 
 def required_start_features(options: StartFlowOptions) -> list[str]:

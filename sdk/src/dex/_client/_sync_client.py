@@ -275,7 +275,7 @@ class Client:
         return self._call(self._async.wait_for_attribute_match(flow_id, attribute, *args, **kwargs))
 
     def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
-        """Update a Flow's config (not run yet); see ``AsyncClient.update_flow_config``."""
+        """Merge fields into a Flow's FlowConfig; see ``AsyncClient.update_flow_config``."""
         self._call(self._async.update_flow_config(flow_id, config))
 
     def trigger_continue_as_new(self, flow_id: str) -> None:

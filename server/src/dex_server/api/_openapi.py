@@ -9,6 +9,7 @@ import msgspec
 from dex._protocol import (
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -30,6 +31,7 @@ from dex._protocol import (
 _TYPES: list[Any] = [
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -153,6 +155,13 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         None,
         "StreamListResponse",
         "List Stream messages, newest first",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/config",
+        "FlowConfigWire",
+        "FlowInfoWire",
+        "Merge fields into a running Flow's FlowConfig",
     ),
     (
         "get",

@@ -11,6 +11,7 @@ from dex._protocol import (
     MAX_FLOW_ID_BYTES,
     ApiError,
     ErrorCode,
+    FlowConfigWire,
     FlowListResponse,
     HealthResponse,
     InvokeRpcRequest,
@@ -335,6 +336,12 @@ def _step_routes(runtime: Runtime) -> list[BaseRoute]:
             )
         return _json({})
 
+    async def config(request: Request) -> Response:
+        fid = _flow_id(request)
+        req = await _body(request, FlowConfigWire, limit)
+        await runtime.update_flow_config(fid, req)
+        return _json(await runtime.run(lambda tx: _flows.describe(tx, fid)))
+
     async def skip_timer(request: Request) -> Response:
         fid, step_type, number = _step(request)
         req = await _body(request, SkipTimerRequest, limit)
@@ -344,6 +351,7 @@ def _step_routes(runtime: Runtime) -> list[BaseRoute]:
     g, R = _guard, RawPathRoute
     base = "/v1/flows/{flow_id}/steps/{step_type}/{number}"
     return [
+        R("/v1/flows/{flow_id}/config", g(config), methods=["POST"]),
         R(base + "/completion", g(completion), methods=["GET"]),
         R(base + "/skip-timer", g(skip_timer), methods=["POST"]),
     ]

@@ -9,6 +9,7 @@ from dex._protocol import (
     ActiveStepWire,
     AttributeValuesWire,
     ErrorCode,
+    FlowConfigWire,
     FlowInfoWire,
     FlowResultWire,
     FlowSpec,
@@ -36,6 +37,7 @@ from dex_server.engine import (
     plan_step_cancellation,
 )
 from dex_server.engine import history as hist
+from dex_server.engine.config import InvalidConfigError, merge_config
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _locks
 from dex_server.service._common import (
@@ -128,6 +130,11 @@ def start_flow(
         input=req.input,
         spec_version=idx.version,
     )
+    if req.config is not None:
+        try:
+            flow.config = merge_config(None, req.config)
+        except InvalidConfigError as exc:
+            raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=req.flow_id) from None
     for _ in range(_START_CONFLICT_RETRIES):
         prev = tx.flows.latest(req.flow_id)
         if prev is not None:
@@ -269,7 +276,36 @@ def info(flow: FlowRecord) -> FlowInfoWire:
         status=flow.status,
         started_at=flow.started_at,
         closed_at=flow.closed_at,
+        config=flow.config,
+        timeout_at=flow.timeout_at,
     )
+
+
+def update_config(tx: Tx, flow_id: str, update: FlowConfigWire, now: float) -> Effects:
+    """Merge ``update`` into the running Flow's FlowConfig (fields left None keep theirs).
+
+    The merge is recorded as a ``FlowConfigUpdated`` history event. Step methods that
+    start after it use the new ``step_durability``.
+    """
+    eff = Effects()
+    flow = tx.flows.latest(flow_id)
+    if flow is None or flow.status != "running":
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} is not running", flow_id=flow_id
+        )
+    try:
+        flow.config = merge_config(flow.config, update)
+    except InvalidConfigError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=flow_id) from None
+    append_history(
+        tx,
+        flow,
+        hist.FLOW_CONFIG_UPDATED,
+        hist.flow_config_updated(update=update, config=flow.config),
+        now,
+    )
+    finish(tx, flow, eff)
+    return eff
 
 
 def describe(tx: Tx, flow_id: str) -> FlowInfoWire:

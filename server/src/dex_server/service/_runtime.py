@@ -13,6 +13,7 @@ import msgspec
 from dex._protocol import (
     ErrorCode,
     ErrorInfo,
+    FlowConfigWire,
     FlowSpec,
     HeartbeatAck,
     InvokeRpcRequest,
@@ -631,6 +632,13 @@ class Runtime:
                     if not waiters:
                         del self._change_waiters[key]
         return True
+
+    async def update_flow_config(self, flow_id: str, update: FlowConfigWire) -> None:
+        """Merge ``update`` into a running Flow's FlowConfig (see ``_flows.update_config``)."""
+        eff = await self.store.run(
+            lambda tx: _flows.update_config(tx, flow_id, update, time.time())
+        )
+        self.apply(eff)
 
     async def skip_timer(
         self,

@@ -28,6 +28,7 @@ from dex_server.engine import (
     resolve_timers,
 )
 from dex_server.engine import history as hist
+from dex_server.engine.config import effective_durability
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _locks
 from dex_server.service._common import (
@@ -117,8 +118,18 @@ def _release(tx: Tx, ref: AttemptRef) -> None:
         )
 
 
-def _context(e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
+def _context(flow: FlowRecord, e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
+    o = e.options
+    wait_for = ref.kind == "wait_for"
+    durability = effective_durability(
+        o.wait_for_durability if wait_for else o.execute_durability,
+        has_recovery_route=o.wait_for_failure_proceed
+        if wait_for
+        else o.execute_failure_step is not None,
+        flow_default=flow.config.step_durability if flow.config is not None else None,
+    )
     return {
+        "durability": durability,
         "step_type": e.step_type,
         "execution_id": e.execution_id,
         "from_execution_id": e.from_execution_id,
@@ -278,7 +289,7 @@ def apply_step_result(
             tx,
             flow,
             hist.STEP_EXECUTE_COMPLETED,
-            hist.step_event(**_context(e, ref, now), input=inp, output=output),
+            hist.step_event(**_context(flow, e, ref, now), input=inp, output=output),
             now,
         )
         tx.executions.delete(flow.run_id, e.execution_id)
@@ -336,7 +347,7 @@ def _apply_wait(
         tx,
         flow,
         hist.STEP_WAIT_FOR_COMPLETED,
-        hist.step_event(**_context(e, ref, now), input=inp, output=output),
+        hist.step_event(**_context(flow, e, ref, now), input=inp, output=output),
         now,
     )
     e.attempt, e.first_attempt_at, e.last_failure, e.started_attempt = 1, now, None, 0
@@ -396,7 +407,9 @@ def fail_attempt(
         tx,
         flow,
         hist.STEP_WAIT_FOR_FAILED if kind == "wait_for" else hist.STEP_EXECUTE_FAILED,
-        hist.step_event(**_context(e, ref, now), input={"stepInput": e.input}, output=failure),
+        hist.step_event(
+            **_context(flow, e, ref, now), input={"stepInput": e.input}, output=failure
+        ),
         now,
     )
     recovery = RecoveryErrorWire(detail=error.message, error_type=error.error_type)
