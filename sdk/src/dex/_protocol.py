@@ -117,6 +117,12 @@ class FlowSpec(Struct, kw_only=True, omit_defaults=True):
     steps: list[StepSpec] = []
     rpcs: list[RpcSpec] = []
     state: list[StateDecl] = []
+    # the Flow overrides ``handle_timeout`` (a DEFAULT timeout policy then runs it)
+    has_timeout_handler: bool = False
+
+
+# the Step type of a Flow's soft-timeout timer and of its handler's invocation
+TIMEOUT_HANDLER_STEP = "sys:timeout_handler"
 
 
 # --------------------------------------------------------------------------- waits, decisions

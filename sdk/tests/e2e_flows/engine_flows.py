@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from dex import (
+    Attribute,
     Channel,
     Context,
     Flow,
@@ -157,10 +158,99 @@ class ConfigFlow(Flow[int]):
         GO.publish(context, input)
 
 
+# --------------------------------------------------------------------------- Flow timeouts
+
+NOTE = Attribute("note", str)
+
+
+class Park(Step[int]):
+    """Waits for a ``go`` message that never comes (the timeout decides)."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(GO.for_one())
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        return StepDecision.graceful_complete(input)
+
+
+class Wrap(Step[str]):
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return StepDecision.force_complete(f"wrapped {input} after {NOTE.get(context)}")
+
+
+class Rescue(Step[None]):
+    def execute(self, context: Context, input: None) -> StepDecision:
+        error = context.recovery_error
+        assert error is not None
+        return StepDecision.force_complete(f"rescued from {error.error_type}: {error.detail}")
+
+
+class UnhandledFlow(Flow[int]):
+    """No ``handle_timeout``: a DEFAULT timeout policy fails the Flow."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Park())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+
+class HandledFlow(Flow[int]):
+    """``handle_timeout`` writes ``note`` and moves to ``Wrap``."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Park()).other_steps(Wrap())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO, NOTE)
+
+    async def handle_timeout(self, context: Context) -> StepDecision:  # type: ignore[override]
+        NOTE.set(context, f"{context.step_type} {context.step_execution_id}")
+        return StepDecision.go_to(Wrap, "late")
+
+
+class FailingHandlerFlow(Flow[int]):
+    """``handle_timeout`` raises; its failure route goes to ``Rescue``."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Park()).other_steps(Rescue())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+    def handle_timeout(self, context: Context) -> StepDecision:
+        raise RuntimeError("the handler gives up")
+
+
+class PatientFlow(Flow[int]):
+    """``handle_timeout`` lets the Flow go on (``dead_end``)."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Park())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(GO)
+
+    def handle_timeout(self, context: Context) -> StepDecision:
+        return StepDecision.dead_end()
+
+
 GATE_FLOW = GateFlow()
 TIMERS_FLOW = TimersFlow()
 CONFIG_FLOW = ConfigFlow()
-FLOWS: list[Flow[Any]] = [GATE_FLOW, TIMERS_FLOW, CONFIG_FLOW]
+UNHANDLED_FLOW = UnhandledFlow()
+HANDLED_FLOW = HandledFlow()
+FAILING_HANDLER_FLOW = FailingHandlerFlow()
+PATIENT_FLOW = PatientFlow()
+FLOWS: list[Flow[Any]] = [
+    GATE_FLOW,
+    TIMERS_FLOW,
+    CONFIG_FLOW,
+    UNHANDLED_FLOW,
+    HANDLED_FLOW,
+    FAILING_HANDLER_FLOW,
+    PATIENT_FLOW,
+]
 
 
 def registry() -> Registry:

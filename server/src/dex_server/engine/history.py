@@ -18,6 +18,7 @@ STEP_EXECUTE_FAILED = "StepExecuteFailed"
 RPC_EXECUTION_COMPLETED = "RpcExecutionCompleted"
 FLOW_CLOSED = "FlowClosed"
 FLOW_CONFIG_UPDATED = "FlowConfigUpdated"
+FLOW_TIMEOUT_FIRED = "FlowTimeoutFired"
 
 _encoder = msgspec.json.Encoder()
 
@@ -113,3 +114,11 @@ def rpc_completed(*, rpc_name: str, input: msgspec.Raw | None, output: dict[str,
 def flow_config_updated(*, update: Any, config: Any) -> bytes:
     """Payload of ``FlowConfigUpdated``: the fields given, and the merged config."""
     return _encoder.encode({"update": update, "config": config})
+
+
+def flow_timeout_fired(*, policy: str, deadline: float | None, fired_at: float) -> bytes:
+    """Payload of ``FlowTimeoutFired``: the resolved policy, the deadline, when it fired.
+
+    ``firedAt`` before ``deadline`` means the timer was skipped (``skip_timer``).
+    """
+    return _encoder.encode({"policy": policy, "deadline": deadline, "firedAt": fired_at})

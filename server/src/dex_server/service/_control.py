@@ -6,7 +6,7 @@ from dex._protocol import ErrorCode
 
 from dex_server.engine.ids import format_execution_id
 from dex_server.engine.waits import TimerSelectionError, skip_timer
-from dex_server.service._common import Effects, ServiceError
+from dex_server.service._common import Effects, Limits, ServiceError
 from dex_server.service._flowops import finish, run_matching
 from dex_server.service._flows import require_flow
 from dex_server.service._locks import CommitHeldError
@@ -53,6 +53,7 @@ def step_done(tx: Tx, flow_id: str, step_type: str, number: int) -> tuple[str, b
 
 def skip_step_timer(
     tx: Tx,
+    limits: Limits,
     flow_id: str,
     step_type: str,
     number: int,
@@ -95,6 +96,6 @@ def skip_step_timer(
         raise CommitHeldError(flow.commit_hold)
     tx.executions.put(e)
     eff = Effects()
-    run_matching(tx, flow, now, eff)
+    run_matching(tx, flow, now, eff, limits)
     finish(tx, flow, eff)
     return eff

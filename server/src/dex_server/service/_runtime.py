@@ -653,7 +653,14 @@ class Runtime:
         eff = await self.after_holds(
             run_id,
             lambda tx: _control.skip_step_timer(
-                tx, flow_id, step_type, number, condition_id, condition_index, time.time()
+                tx,
+                self.limits,
+                flow_id,
+                step_type,
+                number,
+                condition_id,
+                condition_index,
+                time.time(),
             ),
         )
         self.apply(eff)

@@ -323,7 +323,7 @@ def apply_step_result(
         elif plan.graceful:
             flow.closing = True
     if published and flow.status == "running":
-        run_matching(tx, flow, now, eff)
+        run_matching(tx, flow, now, eff, limits)
     check_graceful(tx, limits, flow, now, eff)
     finish(tx, flow, eff)
     return eff
@@ -519,7 +519,7 @@ def fire_timer(
     if e is None:
         return eff
     if e.phase == "waiting":
-        run_matching(tx, flow, now, eff)
+        run_matching(tx, flow, now, eff, limits)
     elif e.not_before <= now:
         tx.timers.clear(run_id, execution_id)
         e.not_before = 0.0
