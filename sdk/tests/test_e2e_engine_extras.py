@@ -34,9 +34,17 @@ from dex.errors import (
 from dex_server.testing import RunningServer, running_server
 
 from tests.e2e_flows import engine_flows
-from tests.e2e_flows.engine_flows import CONFIG_FLOW, GATE_FLOW, TIMERS_FLOW, TimersSeen
+from tests.e2e_flows.engine_flows import (
+    COMBO_FLOW,
+    CONFIG_FLOW,
+    DRAIN_FLOW,
+    GATE_FLOW,
+    TIMERS_FLOW,
+    Picked,
+    TimersSeen,
+)
 from tests.e2e_flows.harness import history, payload, unique_id, wait_for_phase
-from tests.support import WorkerProcess
+from tests.support import WorkerProcess, async_wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -241,3 +249,77 @@ async def test_config_errors_at_start_start_nothing(stack: Stack) -> None:
         await client.describe_flow(flow_id)
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await client.update_flow_config(flow_id, FlowConfig(continue_as_new_threshold=3))
+
+
+# --------------------------------------------------------- combinations, conditional complete
+
+
+async def _picked(client: AsyncClient, flow_id: str) -> Picked:
+    async def probe() -> Picked | None:
+        value: Picked | None = await client.invoke_rpc(COMBO_FLOW.picked, flow_id)
+        return value
+
+    return await async_wait_until(f"Pick of {flow_id} ran", probe, timeout=20)
+
+
+async def test_any_combination_waits_for_a_whole_group_and_only_it_consumes(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    flow_id = unique_id("combo")
+    await client.start_flow(COMBO_FLOW, flow_id)
+    await wait_for_phase(client, flow_id, "Pick")
+    # half of the first group is not enough
+    await client.invoke_rpc(COMBO_FLOW.publish, flow_id, {"left": [1]})
+    await wait_for_phase(client, flow_id, "Pick")
+    await client.invoke_rpc(COMBO_FLOW.publish, flow_id, {"solo": [5]})
+    assert await _picked(client, flow_id) == Picked(left=[], right=[], solo=[5], timer=False)
+    # the winning group consumed; the first group's message stays queued
+    sizes = await client.invoke_rpc(COMBO_FLOW.sizes, flow_id)
+    assert sizes == {"left": 1, "right": 0, "solo": 0}
+    await client.stop_flow(flow_id)
+
+
+async def test_any_combination_prefers_the_first_feasible_group(stack: Stack) -> None:
+    client = stack.client
+    flow_id = unique_id("combo-order")
+    await client.start_flow(COMBO_FLOW, flow_id)
+    await wait_for_phase(client, flow_id, "Pick")
+    # both groups become feasible in one commit: declaration order decides
+    await client.invoke_rpc(COMBO_FLOW.publish, flow_id, {"solo": [9], "right": [2], "left": [1]})
+    assert await _picked(client, flow_id) == Picked(left=[1], right=[2], solo=[], timer=False)
+    assert await client.invoke_rpc(COMBO_FLOW.sizes, flow_id) == {"left": 0, "right": 0, "solo": 1}
+    await client.stop_flow(flow_id)
+
+
+async def test_any_combination_with_a_skipped_timer(stack: Stack) -> None:
+    client = stack.client
+    flow_id = unique_id("combo-timer")
+    await client.start_flow(COMBO_FLOW, flow_id)
+    await wait_for_phase(client, flow_id, "Pick")
+    await client.invoke_rpc(COMBO_FLOW.publish, flow_id, {"left": [4]})
+    await client.skip_timer(flow_id, StepExecutionId("Pick"), TimerId.by_condition_id("t"))
+    # the timer's group also takes up to five left messages
+    assert await _picked(client, flow_id) == Picked(left=[4], right=[], solo=[], timer=True)
+    await client.stop_flow(flow_id)
+
+
+async def test_force_complete_if_channels_empty_loops_until_the_channel_is_empty(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    flow_id = unique_id("drain")
+    await client.start_flow(DRAIN_FLOW, flow_id, [1, 2, 3, 4, 5])
+    result = await client.wait_for_flow(flow_id, timeout=30)
+    assert result.status is FlowStatus.COMPLETED
+    assert result.single_output(int) == 15
+    resolved = [
+        (payload(e)["context"]["stepExecutionId"], payload(e)["output"].get("resolvedDecision"))
+        for e in await history(client, flow_id)
+        if e.type == "StepExecuteCompleted" and payload(e)["context"]["stepType"] == "Consume"
+    ]
+    assert resolved == [
+        ("Consume-1", "go_to"),
+        ("Consume-2", "go_to"),
+        ("Consume-3", "force_complete"),
+    ]

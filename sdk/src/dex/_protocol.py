@@ -141,8 +141,15 @@ class ConditionSpec(Struct, kw_only=True, omit_defaults=True):
 
 
 class WaitSpec(Struct, kw_only=True, omit_defaults=True):
-    mode: Literal["all", "any", "skip"] = "all"
+    """A Wait; for ``any_combination``, ``groups`` lists its combinations.
+
+    Each group (declaration order) holds indices into ``conditions``, which lists each
+    distinct condition once, in order of first appearance.
+    """
+
+    mode: Literal["all", "any", "skip", "any_combination"] = "all"
     conditions: list[ConditionSpec] = []
+    groups: list[list[int]] = []
 
 
 class Movement(Struct, kw_only=True, omit_defaults=True):
@@ -152,8 +159,24 @@ class Movement(Struct, kw_only=True, omit_defaults=True):
 
 
 class DecisionSpec(Struct, kw_only=True, omit_defaults=True):
-    kind: Literal["go_to", "graceful_complete", "force_complete", "force_fail", "dead_end"]
+    """An execute decision.
+
+    ``force_complete_if_channels_empty`` completes with ``output`` when ``empty_channels``
+    (physical Channel names) and every instance of ``empty_channel_maps`` hold no message
+    at commit, else goes to ``movements[0]``.
+    """
+
+    kind: Literal[
+        "go_to",
+        "graceful_complete",
+        "force_complete",
+        "force_fail",
+        "dead_end",
+        "force_complete_if_channels_empty",
+    ]
     movements: list[Movement] = []
+    empty_channels: list[str] = []
+    empty_channel_maps: list[str] = []
     output: OptionalRaw = None
     reason: str | None = None
     cancel_steps: list[str] = []

@@ -9,6 +9,7 @@ from typing import Any
 from dex import (
     Attribute,
     Channel,
+    ConditionCombination,
     Context,
     Flow,
     PersistenceSchema,
@@ -17,9 +18,11 @@ from dex import (
     StepDecision,
     StepDurability,
     StepList,
+    StepMovement,
     StepOptions,
     Timer,
     Wait,
+    force_complete_if_channels_empty,
     rpc,
 )
 
@@ -235,6 +238,103 @@ class PatientFlow(Flow[int]):
         return StepDecision.dead_end()
 
 
+# ------------------------------------------------- combinations and conditional completion
+
+LEFT = Channel("left", int)
+RIGHT = Channel("right", int)
+SOLO = Channel("solo", int)
+JOBS = Channel("jobs", int)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Picked:
+    left: list[int]
+    right: list[int]
+    solo: list[int]
+    timer: bool
+
+
+class Pick(Step[None]):
+    """Waits for (left and right) or solo or a one-hour timer, in that order of preference."""
+
+    def wait_for(self, context: Context, input: None) -> Wait:
+        return Wait.any_combination_of(
+            ConditionCombination.of(
+                LEFT.for_one(condition_id="l"), RIGHT.for_one(condition_id="r")
+            ),
+            ConditionCombination.of(SOLO.for_one(condition_id="s")),
+            ConditionCombination.of(
+                Timer.by_duration(HOUR, condition_id="t"), LEFT.at_most(5, condition_id="l2")
+            ),
+        )
+
+    def execute(self, context: Context, input: None) -> StepDecision:
+        picked = Picked(
+            left=list(LEFT.results(context)),
+            right=list(RIGHT.results(context)),
+            solo=list(SOLO.results(context)),
+            timer=context.has_timer_fired(0),
+        )
+        PICKED.set(context, picked)
+        return StepDecision.dead_end()
+
+
+class ComboFlow(Flow[None]):
+    """Pick records what its Wait consumed (``picked``); RPCs publish and count."""
+
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(Pick())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(LEFT, RIGHT, SOLO, PICKED)
+
+    @rpc
+    def publish(self, context: Context, input: dict[str, list[int]]) -> None:
+        channels = {"left": LEFT, "right": RIGHT, "solo": SOLO}
+        for name, values in input.items():
+            for v in values:
+                channels[name].publish(context, v)
+
+    @rpc
+    def sizes(self, context: Context) -> dict[str, int]:
+        return {c.name: c.size(context) for c in (LEFT, RIGHT, SOLO)}
+
+    @rpc
+    def picked(self, context: Context) -> Picked | None:
+        return PICKED.get(context)
+
+
+PICKED = Attribute("picked", Picked)
+
+
+class Consume(Step[int]):
+    """Takes up to two jobs, then completes if no job is left, else loops."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(JOBS.at_most(2))
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        total = input + sum(JOBS.results(context))
+        return force_complete_if_channels_empty(total, StepMovement.of(Consume, total), JOBS)
+
+
+class Seed(Step[list[int]]):
+    def execute(self, context: Context, input: list[int]) -> StepDecision:
+        for v in input:
+            JOBS.publish(context, v)
+        return StepDecision.go_to(Consume, 0)
+
+
+class DrainFlow(Flow[list[int]]):
+    """Seed(jobs) publishes them; Consume drains two at a time and completes when empty."""
+
+    def get_steps(self) -> StepList[list[int]]:
+        return StepList.start_step(Seed()).other_steps(Consume())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(JOBS)
+
+
 GATE_FLOW = GateFlow()
 TIMERS_FLOW = TimersFlow()
 CONFIG_FLOW = ConfigFlow()
@@ -242,6 +342,8 @@ UNHANDLED_FLOW = UnhandledFlow()
 HANDLED_FLOW = HandledFlow()
 FAILING_HANDLER_FLOW = FailingHandlerFlow()
 PATIENT_FLOW = PatientFlow()
+COMBO_FLOW = ComboFlow()
+DRAIN_FLOW = DrainFlow()
 FLOWS: list[Flow[Any]] = [
     GATE_FLOW,
     TIMERS_FLOW,
@@ -250,6 +352,8 @@ FLOWS: list[Flow[Any]] = [
     HANDLED_FLOW,
     FAILING_HANDLER_FLOW,
     PATIENT_FLOW,
+    COMBO_FLOW,
+    DRAIN_FLOW,
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import msgspec
 from dex._protocol import (
     CompletionWire,
+    DecisionSpec,
     ErrorCode,
     ErrorInfo,
     RecoveryErrorWire,
@@ -29,7 +30,9 @@ from dex_server.engine import (
 )
 from dex_server.engine import history as hist
 from dex_server.engine.config import effective_durability
+from dex_server.engine.decisions import channels_empty, resolve_conditional_complete
 from dex_server.engine.ids import new_uuid7
+from dex_server.engine.waits import InvalidWaitError, check_wait
 from dex_server.service import _locks
 from dex_server.service._common import (
     Effects,
@@ -233,16 +236,13 @@ def apply_step_result(
         return eff
     idx = specs.of_run(tx, flow)
     try:
-        if ref.kind == "wait_for" and result.wait is None:
-            raise InvalidDecisionError("a wait_for result must carry a Wait")
-        if ref.kind == "execute" and result.decision is None:
-            raise InvalidDecisionError("an execute result must carry a decision")
+        resolved = _checked_decision(tx, flow, ref, result)
         check_result_names(idx, result, f"{e.execution_id} {ref.kind}")
         check_result_limits(tx, limits, flow, result)
         plan = None
-        if result.decision is not None:
+        if resolved is not None:
             # the other live executions matter only to cancellations
-            d = result.decision
+            d = resolved
             live = (
                 [
                     LiveExecution(
@@ -257,7 +257,7 @@ def apply_step_result(
                 else []
             )
             plan = plan_decision(
-                result.decision,
+                resolved,
                 current=LiveExecution(
                     execution_id=e.execution_id,
                     step_type=e.step_type,
@@ -285,6 +285,8 @@ def apply_step_result(
         assert plan is not None and result.decision is not None
         inp["conditionResults"] = e.condition_results
         output["decision"] = result.decision
+        if resolved is not None and resolved.kind != result.decision.kind:
+            output["resolvedDecision"] = resolved.kind
         append_history(
             tx,
             flow,
@@ -295,7 +297,8 @@ def apply_step_result(
         tx.executions.delete(flow.run_id, e.execution_id)
         tx.timers.clear(flow.run_id, e.execution_id)
         flow.counters = plan.counters
-        if result.decision.kind in ("graceful_complete", "force_complete") and (
+        assert resolved is not None
+        if resolved.kind in ("graceful_complete", "force_complete") and (
             plan.completion_output is not None
         ):
             flow.completions.append(
@@ -327,6 +330,37 @@ def apply_step_result(
     check_graceful(tx, limits, flow, now, eff)
     finish(tx, flow, eff)
     return eff
+
+
+def _checked_decision(
+    tx: Tx, flow: FlowRecord, ref: AttemptRef, result: TaskResult
+) -> DecisionSpec | None:
+    """The result's decision (a conditional completion decided on the committed counts).
+
+    Raises:
+        InvalidDecisionError: the result lacks what its method returns, or its Wait
+            cannot be run.
+
+    """
+    if ref.kind == "wait_for" and result.wait is None:
+        raise InvalidDecisionError("a wait_for result must carry a Wait")
+    if ref.kind == "execute" and result.decision is None:
+        raise InvalidDecisionError("an execute result must carry a decision")
+    if result.wait is not None:
+        try:
+            check_wait(result.wait)
+        except InvalidWaitError as exc:
+            raise InvalidDecisionError(str(exc)) from None
+    d = result.decision
+    if d is None or d.kind != "force_complete_if_channels_empty":
+        return d
+    empty = channels_empty(
+        tx.channels.sizes(flow.run_id),
+        channels=d.empty_channels,
+        channel_maps=d.empty_channel_maps,
+        publishing=[p.channel for p in result.publishes],
+    )
+    return resolve_conditional_complete(d, empty=empty)
 
 
 def _apply_wait(
