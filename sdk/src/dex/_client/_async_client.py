@@ -156,9 +156,11 @@ class AsyncClient:
         Raises:
             FlowDefinitionError: ``flow`` is not the instance the Registry holds (another
                 instance of the same class included), or its type is not registered.
-            FeatureNotAvailableError: ``options`` sets a Flow timeout, a Flow retry policy,
-                or a ``config_override`` field the server does not run (it refuses the
-                start, and nothing is started).
+            FeatureNotAvailableError: ``options`` sets a Flow retry policy or a listening
+                ``config_override.worker_target``, or a feature the server does not run
+                (it refuses the start, and nothing is started).
+            BadRequestError: a Flow timeout over 100 years, handler options with the FAIL
+                or CANCEL policy, or an invalid ``config_override`` value.
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
             BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
@@ -543,9 +545,9 @@ class AsyncClient:
         """
         return await self._http.call("GET", "/v1/health", HealthResponse)
 
-    # ------------------------------------------------------------------ not run yet
-    # Parts of the Dex model this release names but does not run: each raises
-    # FeatureNotAvailableError before anything is sent.
+    # ------------------------------------------------------------------ the rest of the model
+    # search_flows, time_travel, wait_for_attribute_match and trigger_continue_as_new are
+    # named but not run: each raises FeatureNotAvailableError.
 
     async def search_flows(
         self,
