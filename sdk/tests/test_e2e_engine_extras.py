@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -31,6 +34,7 @@ from dex.errors import (
     TimerNotFoundError,
     TimerNotPendingError,
 )
+from dex_server.cli import main as cli_main
 from dex_server.testing import RunningServer, running_server
 
 from tests.e2e_flows import engine_flows
@@ -167,6 +171,17 @@ async def test_skip_timer_wins_an_any_of_over_a_channel(stack: Stack) -> None:
 # --------------------------------------------------------------------------- FlowConfig
 
 
+def _dexcli(stack: Stack, *args: str) -> str:
+    """``dexcli -o json ...`` against the stack's server, in this process; its stdout."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            cli_main(["--server", stack.server.address, "-o", "json", *args])
+        except SystemExit as exc:
+            assert not exc.code, out.getvalue()
+    return out.getvalue()
+
+
 async def _durabilities(client: AsyncClient, flow_id: str) -> dict[str, str]:
     """``"<event type> <execution>"`` -> the durability the Step event records."""
     seen: dict[str, str] = {}
@@ -228,8 +243,16 @@ async def test_config_override_is_kept_shown_and_merged_by_updates(stack: Stack)
     assert [payload(e)["update"] for e in events] == [
         {"step_durability": "sync", "attribute_store_names": []}
     ]
-    # the closed run keeps its config; a closed Flow takes no update
+    # the closed run keeps its config (dexcli shows it too); a closed Flow takes no update
     assert (await client.describe_flow(flow_id)).config == merged
+    shown = json.loads(await asyncio.to_thread(_dexcli, stack, "flow", "show", flow_id))
+    assert shown["config"] == {
+        "activeStepSearchMode": "all",
+        "continueAsNewThreshold": 100,
+        "stepDurability": "sync",
+        "workerTarget": {"pull": True},
+        "attributeStoreNames": [],
+    }
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await client.update_flow_config(flow_id, update)
 

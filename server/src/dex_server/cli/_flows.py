@@ -97,6 +97,13 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
     record["activeSteps"] = [camel_keys(msgspec.to_builtins(s)) for s in state.active_steps]
     record["channelSizes"] = dict(state.channel_sizes)
     record["attributeNames"] = list(state.attribute_names)
+    extra: list[tuple[str, str]] = []
+    if state.info.config is not None:
+        record["config"] = camel_keys(msgspec.to_builtins(state.info.config))
+        extra.append(("Config", msgspec.json.encode(record["config"]).decode()))
+    if state.info.timeout_at is not None:
+        record["timeoutAt"] = rfc3339(state.info.timeout_at)
+        extra.append(("Timeout at (UTC)", human_time(state.info.timeout_at)))
     if out.json:
         out.emit_json(record)
         return
@@ -113,6 +120,7 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
                 "Channels",
                 ", ".join(f"{k}={v}" for k, v in sorted(record["channelSizes"].items())) or "-",
             ),
+            *extra,
         ]
     )
     rows = [
