@@ -163,6 +163,8 @@ def _event_row(event: HistoryEventWire) -> list[str]:
         what = str(payload.get("status", ""))
     elif event.type == "FlowStarted":
         what = str(payload.get("startStepType") or payload.get("flowType") or "")
+    elif event.type == "FlowTimeoutFired":
+        what = f"timeout {payload.get('policy', '')}"
     detail = f"attempt {ctx['finalAttempt']}" if "finalAttempt" in ctx else ""
     duration = ctx.get("duration")
     if isinstance(duration, int | float):
