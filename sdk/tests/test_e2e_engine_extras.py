@@ -14,6 +14,7 @@ import pytest_asyncio
 from dex import (
     ActiveStepSearchMode,
     AsyncClient,
+    Client,
     ClientOptions,
     FlowConfig,
     FlowStatus,
@@ -346,3 +347,24 @@ async def test_force_complete_if_channels_empty_loops_until_the_channel_is_empty
         ("Consume-2", "go_to"),
         ("Consume-3", "force_complete"),
     ]
+
+
+async def test_the_sync_client_runs_the_same_calls(stack: Stack) -> None:
+    flow_id = unique_id("sync-client")
+
+    def drive() -> int:
+        with Client(REGISTRY, options=ClientOptions(server_address=stack.server.address)) as c:
+            c.start_flow(GATE_FLOW, flow_id, 1)
+            short = WaitForStepCompletionOptions(request_timeout=timedelta(seconds=0.3))
+            with pytest.raises(RequestTimeoutError):
+                c.wait_for_step_completion(flow_id, StepExecutionId("Hold"), short)
+            c.update_flow_config(flow_id, FlowConfig(step_durability=StepDurability.ASYNC))
+            c.invoke_rpc(GATE_FLOW.go, flow_id, 2)
+            c.wait_for_step_completion(flow_id, StepExecutionId("Hold"))
+            c.invoke_rpc(GATE_FLOW.go, flow_id, 3)
+            assert c.describe_flow(flow_id).config == FlowConfig(
+                step_durability=StepDurability.ASYNC
+            )
+            return int(c.wait_for_flow(flow_id, timeout=30).single_output(int))
+
+    assert await asyncio.to_thread(drive) == 6
