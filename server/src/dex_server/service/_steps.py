@@ -184,6 +184,16 @@ def check_result_names(idx: SpecIndex, result: TaskResult, what: str) -> None:
         [*(p.channel for p in result.publishes), *(d.channel for d in result.channel_deletes)],
         what,
     )
+    d = result.decision
+    if d is not None and d.kind == "force_complete_if_channels_empty":
+        undeclared = [c for c in d.empty_channels if c not in names.channels] + [
+            m for m in d.empty_channel_maps if m not in names.channel_maps
+        ]
+        if undeclared:
+            raise UndeclaredStateError(
+                f"{what}: force_complete_if_channels_empty names {undeclared[0]!r}, which the"
+                " Flow's persistence schema does not declare as a Channel or ChannelMap"
+            )
 
 
 def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
