@@ -237,6 +237,7 @@ def compile_flow(flow: Flow[Any], codecs: CodecRegistry | None, *, allow_async: 
         steps=[se.spec for se in entry.steps.values()],
         rpcs=rpcs,
         state=state,
+        has_timeout_handler=type(flow).handle_timeout is not Flow.handle_timeout,
     )
     return entry
 

@@ -256,16 +256,16 @@ class Client:
     def skip_timer(
         self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
     ) -> None:
-        """Fire a timer now (not run yet); see ``AsyncClient.skip_timer``."""
+        """Fire one pending timer of a waiting Step now; see ``AsyncClient.skip_timer``."""
         self._call(self._async.skip_timer(flow_id, step_execution_id, timer_id))
 
     def wait_for_step_completion(
         self,
         flow_id: str,
         step_execution_id: StepExecutionId,
-        options: WaitForStepCompletionOptions,
+        options: WaitForStepCompletionOptions = WaitForStepCompletionOptions(),  # noqa: B008
     ) -> None:
-        """Wait for a Step (not run yet); see ``AsyncClient.wait_for_step_completion``."""
+        """Block until a Step execution ended; see ``AsyncClient.wait_for_step_completion``."""
         self._call(self._async.wait_for_step_completion(flow_id, step_execution_id, options))
 
     def wait_for_attribute_match(
@@ -275,7 +275,7 @@ class Client:
         return self._call(self._async.wait_for_attribute_match(flow_id, attribute, *args, **kwargs))
 
     def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
-        """Update a Flow's config (not run yet); see ``AsyncClient.update_flow_config``."""
+        """Merge fields into a Flow's FlowConfig; see ``AsyncClient.update_flow_config``."""
         self._call(self._async.update_flow_config(flow_id, config))
 
     def trigger_continue_as_new(self, flow_id: str) -> None:

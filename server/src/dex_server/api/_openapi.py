@@ -9,6 +9,7 @@ import msgspec
 from dex._protocol import (
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -18,6 +19,7 @@ from dex._protocol import (
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -29,6 +31,7 @@ from dex._protocol import (
 _TYPES: list[Any] = [
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -38,6 +41,7 @@ _TYPES: list[Any] = [
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -128,6 +132,9 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
         "before": (_TOKEN, "before_page_token of the previous page"),
         "page_size": (_page_size(100), "messages per page (above 1000: 1000)"),
     },
+    ("get", "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion"): {
+        "timeout_s": (_TIMEOUT, "how long to wait for the execution to end (0 to 60)"),
+    },
 }
 
 _PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
@@ -135,6 +142,11 @@ _PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
     "flow_type": (_ID, "Flow type"),
     "stream": (_ID, "Stream name"),
     "sha256": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the blob's sha256 (hex)"),
+    "step_type": (_ID, "Step type"),
+    "number": (
+        {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        "which execution of the Step type (from 1)",
+    ),
 }
 
 _EMPTY = {"type": "object", "properties": {}}
@@ -190,6 +202,27 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         None,
         None,
         "Follow a run's history as Server-Sent Events",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/config",
+        "FlowConfigWire",
+        "FlowInfoWire",
+        "Merge fields into a running Flow's FlowConfig",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion",
+        None,
+        "{}",
+        "Long-poll until one Step execution of the latest run has ended",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/skip-timer",
+        "SkipTimerRequest",
+        "{}",
+        "Fire one pending timer of a waiting Step execution now",
     ),
     ("get", "/v1/blobs/{sha256}", None, None, "Blob bytes (offloaded values)"),
     ("get", "/v1/health", None, "HealthResponse", "Health check (no auth)"),

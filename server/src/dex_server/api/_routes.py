@@ -11,11 +11,13 @@ from dex._protocol import (
     MAX_FLOW_ID_BYTES,
     ApiError,
     ErrorCode,
+    FlowConfigWire,
     FlowListResponse,
     HealthResponse,
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -294,6 +296,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
         *_stream_routes(runtime),
         *_sse_routes(runtime),
+        *_step_routes(runtime),
         R("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
         WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
@@ -311,6 +314,49 @@ def _attributes_route(runtime: Runtime) -> BaseRoute:
         )
 
     return RawPathRoute("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
+
+
+def _step_routes(runtime: Runtime) -> list[BaseRoute]:
+    limit = runtime.config.max_request_bytes
+
+    def _step(request: Request) -> tuple[str, str, int]:
+        raw = _segment(request, "number")
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"a Step execution number is a positive integer: {raw!r}"
+            )
+        return _flow_id(request), _segment(request, "step_type"), int(raw)
+
+    async def completion(request: Request) -> Response:
+        timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        fid, step_type, number = _step(request)
+        if not await runtime.wait_step_done(fid, step_type, number, timeout):
+            raise ServiceError(
+                ErrorCode.LONG_POLL_TIMEOUT,
+                f"Step execution {step_type}-{number} of Flow {fid!r} is still running",
+                flow_id=fid,
+            )
+        return _json({})
+
+    async def config(request: Request) -> Response:
+        fid = _flow_id(request)
+        req = await _body(request, FlowConfigWire, limit)
+        await runtime.update_flow_config(fid, req)
+        return _json(await runtime.run(lambda tx: _flows.describe(tx, fid)))
+
+    async def skip_timer(request: Request) -> Response:
+        fid, step_type, number = _step(request)
+        req = await _body(request, SkipTimerRequest, limit)
+        await runtime.skip_timer(fid, step_type, number, req.condition_id, req.condition_index)
+        return _json({})
+
+    g, R = _guard, RawPathRoute
+    base = "/v1/flows/{flow_id}/steps/{step_type}/{number}"
+    return [
+        R("/v1/flows/{flow_id}/config", g(config), methods=["POST"]),
+        R(base + "/completion", g(completion), methods=["GET"]),
+        R(base + "/skip-timer", g(skip_timer), methods=["POST"]),
+    ]
 
 
 def _stream_routes(runtime: Runtime) -> list[BaseRoute]:

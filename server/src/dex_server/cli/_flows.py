@@ -126,6 +126,13 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
     record["activeSteps"] = [camel_keys(msgspec.to_builtins(s)) for s in state.active_steps]
     record["channelSizes"] = dict(state.channel_sizes)
     record["attributeNames"] = list(state.attribute_names)
+    extra: list[tuple[str, str]] = []
+    if state.info.config is not None:
+        record["config"] = camel_keys(msgspec.to_builtins(state.info.config))
+        extra.append(("Config", msgspec.json.encode(record["config"]).decode()))
+    if state.info.timeout_at is not None:
+        record["timeoutAt"] = rfc3339(state.info.timeout_at)
+        extra.append(("Timeout at (UTC)", human_time(state.info.timeout_at)))
     if out.json:
         out.emit_json(record)
         return
@@ -142,6 +149,7 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
                 "Channels",
                 ", ".join(f"{k}={v}" for k, v in sorted(record["channelSizes"].items())) or "-",
             ),
+            *extra,
         ]
     )
     rows = [
@@ -225,6 +233,8 @@ def _event_row(event: HistoryEventWire) -> list[str]:
         what = str(payload.get("status", ""))
     elif event.type == "FlowStarted":
         what = str(payload.get("startStepType") or payload.get("flowType") or "")
+    elif event.type == "FlowTimeoutFired":
+        what = f"timeout {payload.get('policy', '')}"
     parts = [f"attempt {ctx['finalAttempt']}"] if "finalAttempt" in ctx else []
     duration = ctx.get("duration")
     if isinstance(duration, int | float):
