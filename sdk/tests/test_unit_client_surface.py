@@ -370,7 +370,6 @@ async def test_client_calls_of_features_not_run_yet_fail_before_any_request() ->
         client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
         client.skip_timer("f", step, TimerId.by_condition_index(0)),
         client.wait_for_step_completion("f", step, WaitForStepCompletionOptions()),
-        client.wait_for_attribute_match("f", TITLE, AttributeMatch.equal_to("t")),
         client.update_flow_config("f", FlowConfig(step_durability=StepDurability.SYNC)),
         client.trigger_continue_as_new("f"),
     ]

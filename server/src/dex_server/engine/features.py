@@ -15,8 +15,8 @@ __all__ = ["SEARCH", "SERVER_FEATURES", "missing"]
 SEARCH = "Flow search (search_flows)"
 """A listing filtered by a search query."""
 
-SERVER_FEATURES: frozenset[str] = frozenset()
-"""The optional features this server runs (none yet)."""
+SERVER_FEATURES: frozenset[str] = frozenset({SEARCH})
+"""The optional features this server runs."""
 
 
 def missing(requested: Iterable[str]) -> list[str]:
