@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from dex_server.engine.query import And, Compare, Expr, FieldType, Not, Or, OrderItem, Query
 from dex_server.engine.search import IndexRow
-from dex_server.store._records import FlowRecord, flow_decoder
+from dex_server.store._records import FlowRecord, flow_decoder, record_encoder
 
 __all__ = ["SearchDialect", "SearchRepo", "SearchRow"]
 
@@ -194,7 +194,8 @@ def compile_search(
         if item.field not in _SYSTEM_COLUMNS:
             alias = f"o{n}"
             # a top-level range on the ordered field filters the joined row itself
-            on = f"{alias}.run_id = f.run_id AND {alias}.key = ? AND {alias}.ord = 0"
+            # scalar values have one row (ord 0): no ord test, so the index alone serves
+            on = f"{alias}.run_id = f.run_id AND {alias}.key = ?"
             join_args.append(item.field)
             kind = "LEFT JOIN"
             for p in list(where_parts):
@@ -206,9 +207,15 @@ def compile_search(
                     where_parts.remove(p)
                     kind = "JOIN"
             joins.append(f"{kind} search_values {alias} ON {on}")
+            if kind == "JOIN" and len(q.order) == 1:
+                # every row has a value: the index order (value, run_id) is the page order
+                direction = "DESC" if item.descending else "ASC"
+                order += [f"{col} {direction}", f"{alias}.run_id {direction}"]
+                continue
         direction = "DESC" if item.descending else "ASC"
         order.append(f"{col} {direction} NULLS LAST")
-    order.append("f.run_id DESC")
+    if not order or not order[-1].endswith(".run_id ASC") and not order[-1].endswith("run_id DESC"):
+        order.append("f.run_id DESC")
     conds = [comp.expr(p) for p in where_parts]
     if not include_continued_as_new:
         conds.append("f.status <> 'continued_as_new'")
@@ -261,15 +268,44 @@ class SearchRepo:
                 (run_id, key, r.ord, type_, r.kw, r.txt, r.i, r.num),
             )
 
+    def _bulk(self, table: str, columns: str, values: list[tuple[object, ...]]) -> None:
+        cur: Any = self.c.cursor()
+        if hasattr(cur, "copy"):  # PostgreSQL: COPY is several times faster than INSERTs
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for v in values:
+                    copy.write_row(v)
+            return
+        marks = ",".join("?" * (columns.count(",") + 1))
+        cur.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", values)
+
     def put_many(self, rows: Sequence[tuple[str, str, str, IndexRow]]) -> None:
         """Insert rows of runs that have none yet (the bulk path: seeding, benchmarks)."""
-        sql = self._sql(
-            "INSERT INTO search_values (run_id, key, ord, type, kw, txt, i, num)"
-            " VALUES (?,?,?,?,?,?,?,?)"
+        self._bulk(
+            "search_values",
+            "run_id, key, ord, type, kw, txt, i, num",
+            [(run, key, r.ord, t, r.kw, r.txt, r.i, r.num) for run, key, t, r in rows],
         )
-        cur: Any = self.c.cursor() if hasattr(self.c, "cursor") else self.c
-        cur.executemany(
-            sql, [(run, key, r.ord, t, r.kw, r.txt, r.i, r.num) for run, key, t, r in rows]
+
+    def seed_flows(self, flows: Sequence[FlowRecord]) -> None:
+        """Insert runs in bulk, without history or state (benchmarks, imports)."""
+        self._bulk(
+            "flows",
+            "run_id, flow_id, flow_type, status, request_id, retain_until, data, started_at,"
+            " closed_at",
+            [
+                (
+                    f.run_id,
+                    f.flow_id,
+                    f.flow_type,
+                    f.status,
+                    f.request_id,
+                    f.retain_until,
+                    record_encoder.encode(f),
+                    f.started_at,
+                    f.closed_at,
+                )
+                for f in flows
+            ],
         )
 
     def delete_run(self, run_id: str) -> None:
