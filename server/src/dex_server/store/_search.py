@@ -27,6 +27,7 @@ __all__ = ["SearchDialect", "SearchRepo", "SearchRow"]
 
 class _Conn(Protocol):
     def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+    def cursor(self) -> Any: ...
 
 
 @dataclass(frozen=True)
