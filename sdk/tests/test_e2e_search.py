@@ -4,6 +4,10 @@ a real server and a Worker child (SQLite, or PostgreSQL with ``DEX_TEST_DATABASE
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -307,3 +311,35 @@ async def test_wait_for_attribute_match(stack: Stack) -> None:
         await stack.client.wait_for_attribute_match(
             unique_id("none"), AMOUNT, AttributeMatch.equal_to(1)
         )
+
+
+def _dexcli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dex_server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+
+
+async def test_dexcli_flow_list_query(stack: Stack, orders: tuple[str, dict[str, str]]) -> None:
+    batch, names = orders
+    base = ("--server", stack.server.address, "-o", "json", "flow", "list")
+    query = f"Batch = '{batch}' ORDER BY Amount DESC"
+    done = await asyncio.to_thread(_dexcli, *base, "--query", query)
+    assert done.returncode == 0, done.stderr
+    flows = json.loads(done.stdout)["flows"]
+    assert [f["flowId"] for f in flows] == [names[k] for k in "dbac"]
+    assert flows[0]["indexedAttributes"]["Amount"] == 500
+    typed = await asyncio.to_thread(
+        _dexcli, *base, "--type", "SearchOrder", "--status", "running", "--query", query
+    )
+    assert [f["flowId"] for f in json.loads(typed.stdout)["flows"]] == [names[k] for k in "dbac"]
+    table = await asyncio.to_thread(
+        _dexcli, "--server", stack.server.address, "flow", "list", "--query", query
+    )
+    assert table.returncode == 0 and names["d"] in table.stdout and "INDEXED" in table.stdout
+    bad = await asyncio.to_thread(_dexcli, *base, "--query", "Amount >")
+    assert bad.returncode == 1 and "at position 8" in bad.stderr, bad.stderr
