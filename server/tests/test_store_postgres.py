@@ -64,6 +64,7 @@ def test_concurrent_migrations_apply_once(db_url: str) -> None:
             (5,),
             (6,),
             (7,),
+            (8,),
         ]
 
 
