@@ -19,7 +19,7 @@ Transport:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import Raw, Struct
@@ -107,6 +107,10 @@ class StateDecl(Struct, kw_only=True, omit_defaults=True):
     name: str
     kind: Literal["attribute", "attribute_map", "channel", "channel_map", "stream"]
     stream_capacity_bytes: int | None = None
+    index_type: str | None = None
+    """Search index type of an Attribute (``IndexType`` value), None when not indexed."""
+    index_key: str = ""
+    """The search field of an indexed Attribute (``""``: its name)."""
 
 
 class FlowSpec(Struct, kw_only=True, omit_defaults=True):
@@ -542,6 +546,31 @@ class FlowResultWire(Struct, kw_only=True, omit_defaults=True):
 class FlowListResponse(Struct, kw_only=True, omit_defaults=True):
     flows: list[FlowInfoWire]
     next_page_token: str | None = None
+
+
+class SearchFlowWire(Struct, kw_only=True, omit_defaults=True):
+    """One Flow run found by a search, with its indexed Attribute values by index key."""
+
+    flow_id: str
+    run_id: str
+    flow_type: str
+    status: str
+    started_at: float
+    closed_at: float | None = None
+    indexed_attributes: dict[str, Any] = {}
+
+
+class SearchFlowsResponse(Struct, kw_only=True, omit_defaults=True):
+    """One page of ``GET /v1/flows?query=...``; ``next_page_token`` is None on the last."""
+
+    flows: list[SearchFlowWire]
+    next_page_token: str | None = None
+
+
+class AttributeMatchResponse(Struct, kw_only=True, omit_defaults=True):
+    """The committed value that satisfied ``GET /v1/flows/{id}/attributes/match``."""
+
+    value: OptionalRaw = None
 
 
 class HistoryEventWire(Struct, kw_only=True, omit_defaults=True):

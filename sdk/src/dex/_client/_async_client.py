@@ -10,7 +10,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dex._client import _defs
+from dex._client import _defs, _search
 from dex._client._options import (
     ClientOptions,
     RPCInvokeOptions,
@@ -557,23 +557,31 @@ class AsyncClient:
         *,
         include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Search Flows by a query over indexed Attributes (not run by this server yet).
+        """Search Flows by a query over indexed Attributes and system fields; one page.
 
-        The query is sent to the server, which refuses it until search exists;
-        ``list_flows`` lists Flows by type and status meanwhile.
+        The query language: comparisons (``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``),
+        ``AND`` / ``OR`` / ``NOT``, parentheses, ``IN (...)``, ``BETWEEN ... AND ...``,
+        ``STARTS_WITH``, ``IS [NOT] NULL`` and ``ORDER BY field [ASC|DESC]`` (default:
+        newest first). System fields: ``FlowId``, ``RunId``, ``FlowType``,
+        ``ExecutionStatus``, ``StartTime``, ``CloseTime``, ``DexParentFlowID``,
+        ``ActiveStepTypes``. A search sees every committed write.
+
+        Args:
+            query: the query (``""`` matches every Flow).
+            page_size: at most this many Flows (1..1000).
+            next_page_token: the previous page's ``next_page_token`` (``""``: the first).
+            include_continued_as_new: also return runs that continued as new.
 
         Raises:
-            FeatureNotAvailableError: the server does not run Flow search (this release).
-            ServiceUnavailableError: the server cannot be reached.
+            BadRequestError: the query does not parse or type-check (the message names
+                the position and the token), a bad page size, or a token from another
+                query.
+            FeatureNotAvailableError: the server does not run Flow search.
 
         """
-        params = {"query": query, "page_size": str(page_size)}
-        if next_page_token:
-            params["page_token"] = next_page_token
-        await self._http.call("GET", "/v1/flows", FlowListResponse, params=params)
-        # A server that answers a query without refusing it runs search, which this SDK
-        # cannot read yet.
-        feature_not_available("Flow search (search_flows)")
+        return await _search.search_page(
+            self._http, query, page_size, next_page_token, include_continued_as_new
+        )
 
     async def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
         """Fork a Flow's history into a new run and return its run ID (not run yet).
@@ -672,13 +680,26 @@ class AsyncClient:
     async def wait_for_attribute_match(
         self, flow_id: str, attribute: Any, *args: object, **kwargs: object
     ) -> Any:
-        """Block until an Attribute or map instance matches an ``AttributeMatch`` (not run yet).
+        """Block until an active Flow's committed Attribute matches; return the value.
+
+        Call as ``(flow_id, attribute, AttributeMatch[, WaitForAttributeOptions])`` or,
+        for a map instance, ``(flow_id, attribute_map, key, AttributeMatch[, options])``
+        (``match=``, ``key=`` and ``options=`` may be given by keyword). Ordering
+        matches take numbers; strings and bools compare for equality only. The server
+        long-polls (at most 60 s per call, or ``internal_handler_timeout``); this keeps
+        calling until a match or ``request_timeout`` (``0``: no limit).
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotActiveOrNotFoundError: no such Flow, or it closed without a match.
+            RequestTimeoutError: ``request_timeout`` passed without a match.
+            BadRequestError: an undeclared Attribute, a value kept as a blob, or an
+                operand its operator does not take.
+            TypeError: wrong arguments (a hard-delete Attribute, no AttributeMatch).
 
         """
-        feature_not_available("waiting for an Attribute (wait_for_attribute_match)")
+        return await _search.wait_match(
+            self._http, self.registry, flow_id, attribute, args, dict(kwargs)
+        )
 
     async def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
         """Merge ``config`` into a running Flow's ``FlowConfig``.

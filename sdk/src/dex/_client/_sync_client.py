@@ -242,7 +242,7 @@ class Client:
         *,
         include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Search Flows (not run yet); see ``AsyncClient.search_flows``."""
+        """Search Flows; see ``AsyncClient.search_flows``."""
         return self._call(
             self._async.search_flows(
                 query, page_size, next_page_token, include_continued_as_new=include_continued_as_new
@@ -271,7 +271,7 @@ class Client:
     def wait_for_attribute_match(
         self, flow_id: str, attribute: Any, *args: object, **kwargs: object
     ) -> Any:
-        """Wait for an Attribute (not run yet); see ``AsyncClient.wait_for_attribute_match``."""
+        """Wait for an Attribute to match; see ``AsyncClient.wait_for_attribute_match``."""
         return self._call(self._async.wait_for_attribute_match(flow_id, attribute, *args, **kwargs))
 
     def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:

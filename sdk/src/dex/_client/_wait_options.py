@@ -32,9 +32,16 @@ class WaitForStepCompletionOptions:
 
 @dataclass(frozen=True)
 class WaitForAttributeOptions:
-    """Options of ``wait_for_attribute_match`` (not run by this release).
+    """Options of ``wait_for_attribute_match``.
 
-    The fields mean what they mean in ``WaitForStepCompletionOptions``.
+    Attributes:
+        request_id: idempotency key of the wait (``""``: one per call; a wait changes
+            nothing, so it is not used).
+        request_timeout: give up after this long with ``RequestTimeoutError``
+            (``timedelta(0)``: wait forever).
+        internal_handler_timeout: the server's own wait per poll (``timedelta(0)``: its
+            default, 60 s).
+
     """
 
     request_id: str = ""

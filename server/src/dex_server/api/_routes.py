@@ -32,7 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dex_server.api import _sse
+from dex_server.api import _search, _sse
 from dex_server.api._openapi import openapi_document
 from dex_server.api._paths import (
     MAX_SEGMENT_BYTES,
@@ -42,7 +42,6 @@ from dex_server.api._paths import (
     is_path,
 )
 from dex_server.api._worker import worker_endpoint
-from dex_server.engine import features
 from dex_server.engine.ids import is_uuid7
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
@@ -213,7 +212,6 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         return _json(StartFlowResponse(run_id=await runtime.start_flow(req)))
 
     async def list_flows(request: Request) -> Response:
-        runtime.require([features.SEARCH] * bool(_query(request, "query")))
         size = _int(request, "page_size", 100)
         token = _query(request, "page_token") or None
         if token is not None and not is_uuid7(token):
@@ -286,10 +284,11 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/health", g(health), methods=["GET"]),
         R("/openapi.json", g(openapi), methods=["GET"]),
         R("/v1/flows", g(start), methods=["POST"]),
-        R("/v1/flows", g(list_flows), methods=["GET"]),
+        R("/v1/flows", g(_search.or_search(runtime, list_flows)), methods=["GET"]),
         R("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
         R("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
         _attributes_route(runtime),
+        _match_route(runtime),
         R("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
         R("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
         R("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
@@ -357,6 +356,15 @@ def _step_routes(runtime: Runtime) -> list[BaseRoute]:
         R(base + "/completion", g(completion), methods=["GET"]),
         R(base + "/skip-timer", g(skip_timer), methods=["POST"]),
     ]
+
+
+def _match_route(runtime: Runtime) -> BaseRoute:
+    async def attribute_match(request: Request) -> Response:
+        return await _search.attribute_match(runtime, request, _flow_id(request))
+
+    return RawPathRoute(
+        "/v1/flows/{flow_id}/attributes/match", _guard(attribute_match), methods=["GET"]
+    )
 
 
 def _stream_routes(runtime: Runtime) -> list[BaseRoute]:

@@ -279,8 +279,16 @@ def flow_list(
     page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 100,
     page_token: Annotated[str | None, typer.Option("--page-token")] = None,
     fetch_all: Annotated[bool, typer.Option("--all", help="Fetch every page.")] = False,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            help="Search query over indexed Attributes, e.g. \"OrderStatus = 'paid' ORDER BY"
+            ' Amount DESC" (with --type/--status: all must hold).',
+        ),
+    ] = None,
 ) -> None:
-    """List Flows, newest first."""
+    """List Flows, newest first (or search them with --query)."""
     st = _state(ctx)
     from dex_server.cli import _flows
 
@@ -293,6 +301,7 @@ def flow_list(
             page_size=page_size,
             page_token=page_token,
             fetch_all=fetch_all,
+            query=query,
         )
     )
 

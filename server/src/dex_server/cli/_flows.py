@@ -64,9 +64,13 @@ async def flow_list(
     page_size: int,
     page_token: str | None,
     fetch_all: bool,
+    query: str | None = None,
 ) -> None:
     if status is not None and status not in STATUSES:
         raise usage_error(f"--status: expected one of {', '.join(STATUSES)}, got {status!r}")
+    if query is not None:
+        await _flow_search(conn, out, query, flow_type, status, page_size, page_token, fetch_all)
+        return
     infos: list[dex.FlowInfo] = []
     token = page_token
     async with connect(conn) as client:
@@ -114,6 +118,68 @@ async def _no_flows_of_type(conn: Connection, flow_type: str, status: str | None
     if seen:
         return f"{what}; types of the newest Flows: {', '.join(seen[:20])}"
     return f"{what}; the server holds no Flows"
+
+
+def _search_query(query: str, flow_type: str | None, status: str | None) -> str:
+    """``query`` with ``--type`` / ``--status`` added as conditions."""
+    if not flow_type and not status:
+        return query
+    body, order = query, ""
+    head, sep, tail = query.upper().rpartition("ORDER BY")
+    if sep and "'" not in tail and '"' not in tail:
+        body, order = query[: len(head)], query[len(head) :]
+    conds = [f"({body})"] if body.strip() else []
+    if flow_type:
+        conds.insert(0, "FlowType = '" + flow_type.replace("'", "''") + "'")
+    if status:
+        conds.insert(0, f"ExecutionStatus = '{status}'")
+    return " AND ".join(conds) + (" " + order if order else "")
+
+
+async def _flow_search(
+    conn: Connection,
+    out: Printer,
+    query: str,
+    flow_type: str | None,
+    status: str | None,
+    page_size: int,
+    page_token: str | None,
+    fetch_all: bool,
+) -> None:
+    entries: list[dex.SearchFlowEntry] = []
+    token = page_token or ""
+    text = _search_query(query, flow_type, status)
+    async with connect(conn) as client:
+        while True:
+            page = await client.search_flows(text, page_size, token)
+            entries.extend(page.flows)
+            token = page.next_page_token
+            if not fetch_all or not token:
+                break
+    records = []
+    for e in entries:
+        info = dex.FlowInfo(
+            e.flow_id, e.run_id, e.flow_type, e.status, e.started_at, closed_at=e.closed_at
+        )
+        records.append({**_flow_record(info), "indexedAttributes": dict(e.indexed_attributes)})
+    if out.json:
+        out.emit_json({"flows": records, "nextPageToken": token or None})
+        return
+    rows = [
+        [
+            r["flowId"],
+            r["flowType"],
+            r["status"],
+            human_time(e.started_at.timestamp()),
+            human_time(e.closed_at.timestamp()) if e.closed_at else "-",
+            msgspec.json.encode(r["indexedAttributes"]).decode(),
+        ]
+        for r, e in zip(records, entries, strict=True)
+    ]
+    headers = ["FLOW ID", "TYPE", "STATUS", "STARTED (UTC)", "CLOSED (UTC)", "INDEXED"]
+    out.table(None, headers, rows)
+    if token:
+        out.line(f"more: --page-token {token} (or --all)")
 
 
 # --------------------------------------------------------------------------- flow show

@@ -27,7 +27,7 @@ FLOW_TIMEOUTS = frozenset(
 )
 """A start with a soft timeout, its policy and its handler's options."""
 
-SERVER_FEATURES: frozenset[str] = frozenset({FLOW_CONFIG, *FLOW_TIMEOUTS})
+SERVER_FEATURES: frozenset[str] = frozenset({SEARCH, FLOW_CONFIG, *FLOW_TIMEOUTS})
 """The optional features this server runs."""
 
 

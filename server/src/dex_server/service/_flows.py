@@ -70,7 +70,13 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.service._steps import apply_effects, check_result_limits, check_result_names
+from dex_server.service._steps import (
+    apply_effects,
+    check_result_limits,
+    check_result_names,
+    raw_bytes,
+    write_index,
+)
 from dex_server.service._tasks import build_rpc_task
 from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
@@ -164,6 +170,7 @@ def start_flow(
     for a in req.initial_attributes:
         stored = store_value(tx, limits, flow.run_id, bytes(a.value))
         flow.state_bytes += tx.state.write(flow.run_id, a.name, stored)
+        write_index(tx, idx.indexes, flow.run_id, a.name, raw_bytes(a.value))
         initial[a.name] = history_value(stored) or a.value
     if flow.state_bytes > limits.max_flow_state_bytes:
         raise LimitError(
@@ -628,7 +635,7 @@ def rpc_commit(
                 raise InvalidDecisionError(f"unknown Step type {name!r} to cancel")
     except InvalidDecisionError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
-    published = apply_effects(tx, limits, flow, result, now)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
     live = [
         LiveExecution(
             execution_id=e.execution_id,
@@ -693,5 +700,6 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[tuple[str, str]]:
         tx.rpc_requests.delete_run(run_id)
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
+        tx.search.delete_run(run_id)
         tx.flows.delete(run_id)
     return gone

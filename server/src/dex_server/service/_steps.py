@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,6 +33,8 @@ from dex_server.engine import history as hist
 from dex_server.engine.config import effective_durability
 from dex_server.engine.decisions import channels_empty, resolve_conditional_complete
 from dex_server.engine.ids import new_uuid7
+from dex_server.engine.query import FieldType
+from dex_server.engine.search import index_rows
 from dex_server.engine.waits import InvalidWaitError, check_wait
 from dex_server.service import _locks
 from dex_server.service._common import (
@@ -204,12 +207,25 @@ def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
     return None if b == b"null" else b
 
 
-def apply_effects(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult, now: float) -> bool:
-    """Write Attributes, delete and publish messages. Return whether anything was published."""
+def apply_effects(
+    tx: Tx,
+    limits: Limits,
+    flow: FlowRecord,
+    result: TaskResult,
+    now: float,
+    indexes: Mapping[str, tuple[str, FieldType]] | None = None,
+) -> bool:
+    """Write Attributes, delete and publish messages. Return whether anything was published.
+
+    An indexed Attribute's search rows are written here too, in the same transaction, so a
+    search sees exactly what committed.
+    """
     for name, v in result.attribute_writes.items():
         b = raw_bytes(v)
         stored = store_value(tx, limits, flow.run_id, b) if b is not None else None
         flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+        if indexes:
+            write_index(tx, indexes, flow.run_id, name, b)
     for d in result.channel_deletes:
         size = tx.channels.delete(flow.run_id, d.channel, d.message_id)
         if size is not None:
@@ -218,6 +234,20 @@ def apply_effects(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult, 
         tx.channels.publish(flow.run_id, p.channel, new_uuid7(), bytes(p.value))
         flow.state_bytes += len(p.value)
     return bool(result.publishes)
+
+
+def write_index(
+    tx: Tx,
+    indexes: Mapping[str, tuple[str, FieldType]],
+    run_id: str,
+    name: str,
+    value: bytes | None,
+) -> None:
+    """Replace the search rows of Attribute ``name`` (a map instance writes its map's key)."""
+    found = indexes.get(name) or indexes.get(name.partition("/")[0] if "/" in name else "")
+    if found is not None:
+        key, ftype = found
+        tx.search.put(run_id, key, ftype.value, index_rows(ftype, value))
 
 
 def _effects_output(result: TaskResult) -> dict[str, Any]:
@@ -283,7 +313,7 @@ def apply_step_result(
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
         return eff
-    published = apply_effects(tx, limits, flow, result, now)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
     output = _effects_output(result)
     inp: dict[str, Any] = {"stepInput": e.input, "locals": dict(e.locals)}
     e.locals.update(result.locals)
