@@ -123,6 +123,7 @@ def source_functions(source: ToolSource, tools: list[SourceTool]) -> dict[str, C
 
 def _route(call: ModelCall, effects: Mapping[str, Any]) -> ScriptedResponse:
     text = call.user_text.lower()
+    arguments: dict[str, Any]
     if "refund" in text:
         name, arguments = "create_refund", {"body": {"order_id": 7, "amount": 30}}
     elif "charge" in text:
