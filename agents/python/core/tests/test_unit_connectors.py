@@ -549,3 +549,17 @@ def test_a_custom_connector_is_checked_when_offered() -> None:
 
     with pytest.raises(ConnectorManifestError, match="'a b' is not a valid tool name"):
         ConnectorToolSource(cast(Connector, BadName()))
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def test_the_documented_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    page = Path(__file__).resolve().parents[4] / "docs" / "agents" / "tools.md"
+    section = page.read_text().split("## Connectors", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, str(page), "exec"), {"__name__": "docs_example"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "get_order read {'order_id': {'type': 'integer'}}"
+    assert lines[1].startswith("create_refund idempotent_write {'body': {'type': 'object'")
+    assert len(lines) == 2
