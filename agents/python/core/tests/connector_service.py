@@ -105,7 +105,9 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(200, {"order_id": order_id, "status": "shipped", "total": 42})
             return
         if self.path == "/flaky":
-            self._answer(503, {"error": "try again later"})
+            # An overloaded API that quotes the credentials in its error answer.
+            auth = self.headers.get("Authorization")
+            self._answer(503, {"error": "try again later", "auth": auth})
             return
         self._answer(404, {"error": "not found"})
 

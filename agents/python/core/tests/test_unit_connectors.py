@@ -338,6 +338,11 @@ def test_a_resolved_secret_never_shows_its_value() -> None:
     assert secret.redact(f"token {SECRET}!") == "token [redacted]!"
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(secret)
+    quoted = ConnectorSecret("q", 'a"b/c')
+    quoted.hide("YSJiL2M=")
+    assert quoted.redact('{"auth": "a\\"b/c", "basic": "YSJiL2M="}') == (
+        '{"auth": "[redacted]", "basic": "[redacted]"}'
+    )
 
 
 # --------------------------------------------------------------------------- calls
@@ -357,7 +362,9 @@ class _Recorder(BaseHTTPRequestHandler):
         _Recorder.seen.append(
             {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body}
         )
-        data = json.dumps({"ok": True, "path": self.path}).encode()
+        # Like a careless API, the answer quotes the credentials it received.
+        quoted = self.headers.get("Authorization") or self.headers.get("X-Api-Key")
+        data = json.dumps({"ok": True, "path": self.path, "auth": quoted}).encode()
         if self.path.startswith("/big"):
             data = b"x" * 5000
         self.send_response(_Recorder.status)
@@ -400,6 +407,7 @@ def request_doc(scheme: str) -> dict[str, Any]:
                     "parameters": [
                         {"name": "name", "in": "path", "required": True},
                         {"name": "dry", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "tags", "in": "query", "schema": {"type": "array"}},
                         {"name": "X-Trace", "in": "header"},
                     ],
                     "requestBody": {"content": {"application/json": {"schema": {}}}},
@@ -427,16 +435,25 @@ async def test_a_call_builds_the_request_from_the_arguments(
         request_doc(scheme), base_url=recorder, credentials=CallableSecrets(lambda ref: SECRET)
     )
     source = ConnectorToolSource(connector, ["put_thing"])
-    arguments = {"name": "a b/c", "dry": True, "X-Trace": "t-1", "body": {"n": 1}}
+    arguments = {
+        "name": "a b/c",
+        "dry": True,
+        "tags": ["x", "y"],
+        "X-Trace": "t-1",
+        "body": {"n": 1},
+    }
     output = await source.call_tool(source.tools[0], arguments, call("f/turn-1/c-1"))
     (seen,) = _Recorder.seen
     assert seen["method"] == "POST"
-    assert seen["path"] == "/things/a%20b%2Fc?dry=true"
+    assert seen["path"] == "/things/a%20b%2Fc?dry=true&tags=x&tags=y"
     assert seen["headers"][header] == value
     assert seen["headers"]["Idempotency-Key"] == "f/turn-1/c-1"
     assert seen["headers"]["X-Trace"] == "t-1"
     assert json.loads(seen["body"]) == {"n": 1}
-    assert json.loads(output)["ok"] is True
+    answer = json.loads(output)
+    assert answer["ok"] is True
+    assert SECRET not in output and value.split()[-1] not in output
+    assert answer["auth"] in ("Bearer [redacted]", "Basic [redacted]", "[redacted]")
 
 
 async def test_large_answers_are_cut_at_the_limit(recorder: str) -> None:

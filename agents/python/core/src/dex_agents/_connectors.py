@@ -15,6 +15,7 @@ events or logs.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -53,11 +54,13 @@ class ConnectorSecret:
     header) and never log or return it.
     """
 
-    __slots__ = ("_reference", "_value")
+    __slots__ = ("_forms", "_reference", "_value")
 
     def __init__(self, reference: str, value: str) -> None:
         self._reference = reference
         self._value = value
+        # The value as a JSON string body would quote it is scrubbed too.
+        self._forms = [value, json.dumps(value)[1:-1]]
 
     @property
     def reference(self) -> str:
@@ -68,11 +71,17 @@ class ConnectorSecret:
         """Return the secret value."""
         return self._value
 
+    def hide(self, form: str) -> None:
+        """Scrub ``form`` as well: an encoding of the value a Connector sends (base64)."""
+        if form and form not in self._forms:
+            self._forms.append(form)
+
     def redact(self, text: str) -> str:
-        """Return ``text`` with every occurrence of the value replaced by ``[redacted]``."""
-        if not self._value:
-            return text
-        return text.replace(self._value, _REDACTED)
+        """Return ``text`` with the value and its hidden forms replaced by ``[redacted]``."""
+        for form in sorted(self._forms, key=len, reverse=True):
+            if form:
+                text = text.replace(form, _REDACTED)
+        return text
 
     def __repr__(self) -> str:
         return f"ConnectorSecret({self._reference!r}, '***')"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -43,9 +44,9 @@ class _Auth:
         if self.kind == "bearer":
             headers["Authorization"] = f"Bearer {value}"
         elif self.kind == "basic":
-            import base64
-
-            headers["Authorization"] = "Basic " + base64.b64encode(value.encode()).decode()
+            encoded = base64.b64encode(value.encode()).decode()
+            secret.hide(encoded)
+            headers["Authorization"] = "Basic " + encoded
         else:
             headers[self.name] = value
 
@@ -271,14 +272,18 @@ class OpenAPIConnector:
         arguments: Mapping[str, Any],
         credentials: ConnectorSecret | None,
         idempotency_key: str,
-    ) -> tuple[str, dict[str, str], dict[str, str], bytes | None]:
+    ) -> tuple[str, dict[str, str | list[str]], dict[str, str], bytes | None]:
         path = plan.path
-        query: dict[str, str] = {}
+        query: dict[str, str | list[str]] = {}
         headers = dict(self.headers)
         for parameter, location in plan.parameters:
             if parameter not in arguments:
                 continue
-            value = _text(arguments[parameter])
+            raw = arguments[parameter]
+            if location == "query" and isinstance(raw, list | tuple):
+                query[parameter] = [_text(item) for item in raw]  # name=a&name=b
+                continue
+            value = _text(raw)
             if location == "path":
                 path = path.replace("{" + parameter + "}", quote(value, safe=""))
             elif location == "query":
@@ -305,7 +310,7 @@ class OpenAPIConnector:
         where: str,
         method: str,
         path: str,
-        query: Mapping[str, str],
+        query: Mapping[str, str | list[str]],
         headers: Mapping[str, str],
         body: bytes | None,
     ) -> tuple[int, str, str]:
