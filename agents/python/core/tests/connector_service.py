@@ -6,8 +6,9 @@ request (no key support), and can pause a request at a ``FileGate`` after applyi
 before answering, so a test can SIGKILL the Worker mid-call.
 
 Environment: ``SERVICE_TOKEN`` (the expected bearer token), ``SERVICE_STATE_DIR`` (gates
-and the address file), ``SERVICE_GATES`` (comma separated operation names to pause).
-``GET /_stats`` (no token needed) returns the counters as JSON.
+and the address file). Without a token: ``GET /_stats`` returns the counters as JSON, and
+``POST /_gates`` with ``{"operation": ..., "gate": ...}`` makes the next request of that
+operation pass the ``FileGate`` named ``gate``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class _State:
         self.applied: dict[str, int] = {"refunds": 0, "charges": 0}
         self.refund_keys: list[str] = []
         self.answers_by_key: dict[str, dict[str, Any]] = {}
+        self.armed: dict[str, str] = {}
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -45,14 +47,15 @@ class _State:
 STATE = _State()
 TOKEN = os.environ.get("SERVICE_TOKEN", "")
 STATE_DIR = Path(os.environ.get("SERVICE_STATE_DIR", "."))
-GATES = {name for name in os.environ.get("SERVICE_GATES", "").split(",") if name}
 
 
 def pause_at(operation: str) -> None:
-    """Pass the gate ``svc-<operation>`` when the operation is gated (blocks this thread)."""
-    if operation not in GATES:
+    """Pass the gate armed for ``operation``, if any (blocks this request's thread)."""
+    with STATE.lock:
+        name = STATE.armed.pop(operation, None)
+    if name is None:
         return
-    gate = FileGate(STATE_DIR, f"svc-{operation}")
+    gate = FileGate(STATE_DIR, name)
     gate.mark_reached()
     deadline = time.monotonic() + 60
     while not gate.is_released() and time.monotonic() < deadline:
@@ -112,8 +115,13 @@ class Handler(BaseHTTPRequestHandler):
         self._answer(404, {"error": "not found"})
 
     def do_POST(self) -> None:
-        self._count()
         body = self._body()
+        if self.path == "/_gates":
+            with STATE.lock:
+                STATE.armed[body["operation"]] = body["gate"]
+            self._answer(200, {"armed": body["operation"]})
+            return
+        self._count()
         if self.path == "/echo":
             # A careless API that quotes the request's credentials in its error answer.
             self._answer(400, {"error": "rejected", "auth": self.headers.get("Authorization")})

@@ -2,25 +2,27 @@
 
 The service (``tests/connector_service.py``) counts requests and honours idempotency keys
 on refunds; gates inside it pause a request after it was applied, before the answer, so
-the Worker can be SIGKILLed mid-call.
+the Worker can be SIGKILLed mid-call. One service, server and Worker serve the whole module;
+each test counts what the service did during the test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
 import pytest
+import pytest_asyncio
 from dex_agents import AgentEventType, AgentSessionClient, AgentSnapshot
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
@@ -37,17 +39,26 @@ from tests.connector_service import ADDRESS_FILE
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 
 class Billing:
-    """One test's billing service, Dex stack and sessions client."""
+    """The module's billing service, Dex stack and sessions client (tests run in turn)."""
 
     def __init__(
-        self, stack: AgentTestStack, sessions: AgentSessionClient, state_dir: Path, url: str
+        self,
+        stack: AgentTestStack,
+        sessions: AgentSessionClient,
+        state_dir: Path,
+        url: str,
+        tmp_path: Path,
     ) -> None:
         self.stack = stack
         self.sessions = sessions
         self.state_dir = state_dir
         self.url = url
+        self.tmp_path = tmp_path
+        self._gates = itertools.count(1)
 
     async def stats(self) -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
@@ -56,17 +67,48 @@ class Billing:
             data: dict[str, Any] = response.json()
             return data
 
-    async def crash_at(self, gate_name: str) -> None:
-        """Wait until the service holds a request at the gate, SIGKILL the Worker, restart."""
-        gate = FileGate(self.state_dir, gate_name)
+    async def arm(self, operation: str) -> FileGate:
+        """Make the service hold the next request of ``operation`` at a fresh gate."""
+        name = f"svc-{operation}-{next(self._gates)}"
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(
+                f"{self.url}/_gates", json={"operation": operation, "gate": name}
+            )
+            answer.raise_for_status()
+        return FileGate(self.state_dir, name)
+
+    async def crash_at(self, gate: FileGate) -> None:
+        """Wait until the service holds a request at ``gate``, SIGKILL the Worker, restart."""
         await gate.wait_until_reached()
         for worker in list(self.stack._workers):
-            worker.kill()
+            if worker.is_running():
+                worker.kill()
         gate.release()
         await self.stack.start_worker()
 
 
-BillingFactory = Callable[..., AbstractAsyncContextManager[Billing]]
+class Counters:
+    """What the service did since it was created (the service is shared by the module)."""
+
+    def __init__(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        self.requests = {
+            line: count - before["requests"].get(line, 0)
+            for line, count in after["requests"].items()
+            if count != before["requests"].get(line, 0)
+        }
+        self.applied = {
+            kind: count - before["applied"][kind] for kind, count in after["applied"].items()
+        }
+        self.refund_keys = after["refund_keys"][len(before["refund_keys"]) :]
+
+
+@contextlib.asynccontextmanager
+async def counting(b: Billing) -> AsyncIterator[list[Counters]]:
+    """``async with counting(b) as seen:`` then ``seen[0]`` holds the block's counters."""
+    seen: list[Counters] = []
+    before = await b.stats()
+    yield seen
+    seen.append(Counters(before, await b.stats()))
 
 
 async def _wait_for_file(path: Path, process: ChildProcess, timeout: float = 15.0) -> str:
@@ -80,106 +122,102 @@ async def _wait_for_file(path: Path, process: ChildProcess, timeout: float = 15.
     return path.read_text().strip()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def token() -> str:
     return "sk-test-" + secrets.token_hex(16)
 
 
-@pytest.fixture
-def billing(tmp_path: Path, token: str) -> BillingFactory:
-    """Start the service (``gates`` paused), a Dex stack and one Worker."""
-
-    @asynccontextmanager
-    async def start(*gates: str) -> AsyncIterator[Billing]:
-        state_dir = tmp_path / "state"
-        state_dir.mkdir(exist_ok=True)
-        service_env = {
-            **os.environ,
-            "SERVICE_TOKEN": token,
-            "SERVICE_STATE_DIR": str(state_dir),
-            "SERVICE_GATES": ",".join(gates),
-            "PYTHONPATH": str(PACKAGE_DIR),
-        }
-        service = ChildProcess(
-            [sys.executable, "-m", "tests.connector_service"],
-            log_path=tmp_path / "service.log",
-            cwd=PACKAGE_DIR,
-            env=service_env,
-        )
-        try:
-            url = await _wait_for_file(state_dir / ADDRESS_FILE, service)
-            worker_env = {
-                STATE_DIR_ENV: str(state_dir),
-                BASE_URL_ENV: url,
-                "BILLING_BEARERAUTH": token,
-            }
-            flow = build_flow(state_dir)
-            async with AgentTestStack(
-                tmp_path,
-                [flow],
-                "tests.connector_worker",
-                worker_cwd=PACKAGE_DIR,
-                worker_env=worker_env,
-            ) as stack:
-                await stack.start_worker()
-                yield Billing(stack, stack.sessions(flow), state_dir, url)
-        finally:
-            await service.stop(timeout=5.0)
-
-    return start
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def billing(tmp_path_factory: pytest.TempPathFactory, token: str) -> AsyncIterator[Billing]:
+    """One service, one Dex stack and one Worker for the module."""
+    tmp_path = tmp_path_factory.mktemp("connectors")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    service_env = {
+        **os.environ,
+        "SERVICE_TOKEN": token,
+        "SERVICE_STATE_DIR": str(state_dir),
+        "PYTHONPATH": str(PACKAGE_DIR),
+    }
+    service = ChildProcess(
+        [sys.executable, "-m", "tests.connector_service"],
+        log_path=tmp_path / "service.log",
+        cwd=PACKAGE_DIR,
+        env=service_env,
+    )
+    try:
+        url = await _wait_for_file(state_dir / ADDRESS_FILE, service)
+        worker_env = {STATE_DIR_ENV: str(state_dir), BASE_URL_ENV: url, "BILLING_BEARERAUTH": token}
+        flow = build_flow(state_dir)
+        async with AgentTestStack(
+            tmp_path,
+            [flow],
+            "tests.connector_worker",
+            worker_cwd=PACKAGE_DIR,
+            worker_env=worker_env,
+        ) as stack:
+            await stack.start_worker()
+            yield Billing(stack, stack.sessions(flow), state_dir, url, tmp_path)
+    finally:
+        await service.stop(timeout=5.0)
 
 
 def last_answer(snapshot: AgentSnapshot) -> str:
     return assistant_texts(snapshot)[-1]
 
 
-async def test_a_read_runs_with_the_credentials_and_its_schema(billing: BillingFactory) -> None:
-    async with billing() as b:
+async def test_a_read_runs_with_the_credentials_and_its_schema(billing: Billing) -> None:
+    b = billing
+    async with counting(b) as seen:
         await b.sessions.start_session("read-1", "look up order 7")
         snapshot = await wait_idle(b.sessions, "read-1", turns=1)
-        answer = last_answer(snapshot)
-        assert answer.startswith("get_order: succeeded: ")
-        assert '"status": "shipped"' in answer
-        stats = await b.stats()
-        assert stats["requests"] == {"GET /orders/7": 1}
+    answer = last_answer(snapshot)
+    assert answer.startswith("get_order: succeeded: ")
+    assert '"status": "shipped"' in answer
+    assert seen[0].requests == {"GET /orders/7": 1}
 
 
-async def test_a_read_killed_mid_call_runs_again(billing: BillingFactory) -> None:
-    async with billing("get_order") as b:
+async def test_a_read_killed_mid_call_runs_again(billing: Billing) -> None:
+    b = billing
+    async with counting(b) as seen:
+        gate = await b.arm("get_order")
         await b.sessions.start_session("read-crash", "look up order 7")
-        await b.crash_at("svc-get_order")
+        await b.crash_at(gate)
         snapshot = await wait_idle(b.sessions, "read-crash", turns=1)
-        assert last_answer(snapshot).startswith("get_order: succeeded: ")
-        assert (await b.stats())["requests"] == {"GET /orders/7": 2}
-        history = await b.stack.read_step_history("read-crash")
-        calls = [e for e in history if e.step_type == "CallTool"]
-        assert [(e.event_type, e.final_attempt) for e in calls] == [(EXECUTE_COMPLETED_EVENT, 2)]
+    assert last_answer(snapshot).startswith("get_order: succeeded: ")
+    assert seen[0].requests == {"GET /orders/7": 2}
+    history = await b.stack.read_step_history("read-crash")
+    calls = [e for e in history if e.step_type == "CallTool"]
+    assert [(e.event_type, e.final_attempt) for e in calls] == [(EXECUTE_COMPLETED_EVENT, 2)]
 
 
 async def test_an_idempotent_post_repeats_with_the_same_key_and_applies_once(
-    billing: BillingFactory,
+    billing: Billing,
 ) -> None:
-    async with billing("create_refund") as b:
+    b = billing
+    async with counting(b) as seen:
+        gate = await b.arm("create_refund")
         await b.sessions.start_session("refund-crash", "refund order 7")
-        await b.crash_at("svc-create_refund")
+        await b.crash_at(gate)
         snapshot = await wait_idle(b.sessions, "refund-crash", turns=1)
 
-        key = "refund-crash/turn-1/call-0-0"
-        stats = await b.stats()
-        assert stats["refund_keys"] == [key, key]
-        assert stats["applied"]["refunds"] == 1
-        answer = last_answer(snapshot)
-        # The second attempt got the first attempt's answer back.
-        assert answer.startswith("create_refund: succeeded: ")
-        assert '"refund_id": "RF-1"' in answer
-        # An idempotent write needs no approval: the session never waited for one.
-        assert snapshot.pending_interrupts == []
+    key = "refund-crash/turn-1/call-0-0"
+    assert seen[0].refund_keys == [key, key]
+    assert seen[0].applied["refunds"] == 1
+    answer = last_answer(snapshot)
+    # The second attempt got the first attempt's answer back.
+    assert answer.startswith("create_refund: succeeded: ")
+    assert '"refund_id": "RF-' in answer
+    # An idempotent write needs no approval: the session never waited for one.
+    assert snapshot.pending_interrupts == []
 
 
 async def test_a_non_idempotent_post_killed_after_its_start_never_repeats(
-    billing: BillingFactory,
+    billing: Billing,
 ) -> None:
-    async with billing("create_charge") as b:
+    b = billing
+    async with counting(b) as seen:
+        gate = await b.arm("create_charge")
         await b.sessions.start_session("charge-crash", "charge order 7")
         interrupt = await wait_for_agent_snapshot(
             b.sessions,
@@ -188,23 +226,23 @@ async def test_a_non_idempotent_post_killed_after_its_start_never_repeats(
             description="the charge approval",
         )
         assert await b.sessions.resolve_interrupt("charge-crash", interrupt.interrupt_id, True)
-        await b.crash_at("svc-create_charge")
+        await b.crash_at(gate)
         snapshot = await wait_idle(b.sessions, "charge-crash", turns=1)
 
-        stats = await b.stats()
-        assert stats["requests"] == {"POST /charges": 1}
-        assert stats["applied"]["charges"] == 1
-        assert last_answer(snapshot).startswith("create_charge: outcome_unknown: ")
-        history = await b.stack.read_step_history("charge-crash")
-        executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
-        assert "CallSingleAttemptTool" not in executed
-        assert executed.count("RecordToolOutcomeUnknown") == 1
+    assert seen[0].requests == {"POST /charges": 1}
+    assert seen[0].applied["charges"] == 1
+    assert last_answer(snapshot).startswith("create_charge: outcome_unknown: ")
+    history = await b.stack.read_step_history("charge-crash")
+    executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
+    assert "CallSingleAttemptTool" not in executed
+    assert executed.count("RecordToolOutcomeUnknown") == 1
 
 
 async def test_http_errors_become_failures_the_model_sees_or_step_failures(
-    billing: BillingFactory,
+    billing: Billing,
 ) -> None:
-    async with billing() as b:
+    b = billing
+    async with counting(b) as seen:
         # 404: a definite answer, one request, model-visible failure.
         await b.sessions.start_session("errors", "look up the missing order")
         snapshot = await wait_idle(b.sessions, "errors", turns=1)
@@ -214,10 +252,9 @@ async def test_http_errors_become_failures_the_model_sees_or_step_failures(
         # 503: a Step failure; a read is retried (3 attempts), then failed.
         assert await b.sessions.send_user_message("errors", "flaky please")
         snapshot = await wait_idle(b.sessions, "errors", turns=2, timeout=60)
-        assert last_answer(snapshot).startswith("flaky_read: failed: ")
-        assert "HTTP 503" in last_answer(snapshot)
-        stats = await b.stats()
-        assert stats["requests"] == {"GET /orders/0": 1, "GET /flaky": 3}
+    assert last_answer(snapshot).startswith("flaky_read: failed: ")
+    assert "HTTP 503" in last_answer(snapshot)
+    assert seen[0].requests == {"GET /orders/0": 1, "GET /flaky": 3}
 
 
 async def _read_raw_history(address: str, flow_id: str) -> str:
@@ -257,13 +294,15 @@ async def _read_events(sessions: AgentSessionClient, session_id: str, turns: int
 
 
 async def test_the_secret_never_reaches_history_streams_events_or_logs(
-    billing: BillingFactory, token: str, tmp_path: Path
+    billing: Billing, token: str
 ) -> None:
-    async with billing("get_order") as b:
-        # A read crashed mid-call and retried, a refund, and an API that echoes the
-        # credentials in its error answer.
+    b = billing
+    async with counting(b) as seen:
+        # A read crashed mid-call and retried, a refund, an API that quotes the
+        # credentials in a 400 answer, and one that quotes them in 503 answers.
+        gate = await b.arm("get_order")
         await b.sessions.start_session("secret", "look up order 7")
-        await b.crash_at("svc-get_order")
+        await b.crash_at(gate)
         await wait_idle(b.sessions, "secret", turns=1)
         assert await b.sessions.send_user_message("secret", "refund order 7")
         await wait_idle(b.sessions, "secret", turns=2)
@@ -273,27 +312,26 @@ async def test_the_secret_never_reaches_history_streams_events_or_logs(
         # Step failures put their error detail in the history.
         assert await b.sessions.send_user_message("secret", "flaky please")
         await wait_idle(b.sessions, "secret", turns=4, timeout=60)
+    assert seen[0].requests["GET /orders/7"] == 2
 
-        assert echo.startswith(
-            "echo_auth: failed: The tool call failed: POST /echo: HTTP 400 Bad Request: "
-        )
-        assert "Bearer [redacted]" in echo  # the service did quote it; the source scrubbed it
+    assert echo.startswith(
+        "echo_auth: failed: The tool call failed: POST /echo: HTTP 400 Bad Request: "
+    )
+    assert "Bearer [redacted]" in echo  # the service did quote it; the source scrubbed it
+    texts = {
+        "snapshot": msgspec.json.encode(await b.sessions.get_agent_snapshot("secret")).decode(),
+        "history": await _read_raw_history(b.stack.server_address, "secret"),
+        "events": await _read_events(b.sessions, "secret", turns=4),
+    }
+    for name, text in texts.items():
+        assert token not in text, f"the secret appears in the {name}"
+        # The service quoted the token in its answers: scrubbed, not absent.
+        assert "Bearer [redacted]" in text, name
 
-        texts = {
-            "snapshot": msgspec.json.encode(await b.sessions.get_agent_snapshot("secret")).decode(),
-            "history": await _read_raw_history(b.stack.server_address, "secret"),
-            "events": await _read_events(b.sessions, "secret", turns=4),
-        }
-        for name, text in texts.items():
-            assert token not in text, f"the secret appears in the {name}"
-            # The service quoted the token in two answers: scrubbed, not absent.
-            assert "Bearer [redacted]" in text, name
-        stats = await b.stats()
-        assert stats["requests"]["GET /orders/7"] == 2
-    # After shutdown: every log and every file of the store (SQLite and its WAL).
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "service.log"]
+    # Every log and every file of the store (the SQLite file and its WAL), as they are.
+    files = [p for p in b.tmp_path.rglob("*") if p.is_file() and p.name != "service.log"]
     logs = [p.name for p in files if p.suffix == ".log"]
-    assert "dex-server.log" in logs and "worker-1.log" in logs and "worker-2.log" in logs
+    assert "dex-server.log" in logs
+    assert sum(name.startswith("worker-") for name in logs) >= 2
     for path in files:
-        with contextlib.suppress(OSError):
-            assert token.encode() not in path.read_bytes(), f"the secret appears in {path}"
+        assert token.encode() not in path.read_bytes(), f"the secret appears in {path}"
