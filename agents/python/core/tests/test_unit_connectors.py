@@ -243,8 +243,13 @@ def test_a_bad_document_raises_a_clear_error(document: Any, message: str) -> Non
 
 
 def test_credentials_and_urls_are_checked_when_the_connector_is_built() -> None:
+    without = build(BILLING_DOCUMENT)  # fine until an operation that needs them is offered
     with pytest.raises(ConnectorManifestError, match="needs credentials 'bearerAuth'"):
-        build(BILLING_DOCUMENT)
+        ConnectorToolSource(without, ["get_order"])
+    public = doc({"/open": {"get": {"operationId": "open", "security": []}}, "/x": {"get": {}}})
+    public["security"] = [{"bearerAuth": []}]
+    public["components"] = BILLING_DOCUMENT["components"]
+    assert [t.name for t in ConnectorToolSource(build(public), ["open"]).tools] == ["open"]
     with pytest.raises(ConnectorManifestError, match="must be an absolute http"):
         build(BILLING_DOCUMENT, base_url="/relative", credentials=EnvSecrets())
     with pytest.raises(ConnectorManifestError, match="pass base_url"):

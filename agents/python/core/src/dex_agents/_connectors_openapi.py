@@ -142,8 +142,9 @@ class OpenAPIConnector:
             base_url: where the API lives (``http`` or ``https``); None uses the first
                 ``servers`` URL of the document, which must then be absolute.
             credentials: resolves the security schemes' secrets on the Worker
-                (``EnvSecrets``, ``FileSecrets``, ``CallableSecrets``); needed when any
-                operation has a security requirement.
+                (``EnvSecrets``, ``FileSecrets``, ``CallableSecrets``); a
+                ``ConnectorToolSource`` refuses to offer an operation with a security
+                requirement when it is None.
             name: the Connector's name (default: the document's ``info.title``).
             timeout: seconds per HTTP call (default 30); a timeout is a Step failure.
             max_response_bytes: most bytes of a response body the model sees (1 MiB).
@@ -203,11 +204,6 @@ class OpenAPIConnector:
                 if operation.name in plans:
                     raise ConnectorManifestError(
                         f"{where}: operation name {operation.name!r} is used twice"
-                    )
-                if operation.credentials is not None and credentials is None:
-                    raise ConnectorManifestError(
-                        f"{where} needs credentials {operation.credentials!r}: pass "
-                        "credentials=EnvSecrets(...), FileSecrets(...) or CallableSecrets(...)"
                     )
                 operations.append(operation)
                 plans[operation.name] = plan
