@@ -7,6 +7,20 @@ messages, resolves approvals, steers and cancels turns, and reads snapshots and 
 """
 
 from dex_agents._client import AgentEventMessage, AgentSessionClient
+from dex_agents._connectors import (
+    CallableSecrets,
+    Connector,
+    ConnectorCallError,
+    ConnectorManifestError,
+    ConnectorOperation,
+    ConnectorSecret,
+    ConnectorSecretError,
+    ConnectorToolSource,
+    EnvSecrets,
+    FileSecrets,
+    SecretProvider,
+)
+from dex_agents._connectors_openapi import OpenAPIConnector
 from dex_agents._enums import (
     AgentEventType,
     AgentStatus,
@@ -137,6 +151,18 @@ __all__ = [
     "ToolPolicy",
     "SourceTool",
     "ToolSource",
+    "CallableSecrets",
+    "Connector",
+    "ConnectorCallError",
+    "ConnectorManifestError",
+    "ConnectorOperation",
+    "ConnectorSecret",
+    "ConnectorSecretError",
+    "ConnectorToolSource",
+    "EnvSecrets",
+    "FileSecrets",
+    "OpenAPIConnector",
+    "SecretProvider",
     "TurnCompleted",
     "TurnControl",
     "TurnControlKind",
