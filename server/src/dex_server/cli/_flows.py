@@ -21,6 +21,7 @@ from dex_server.cli._output import (
     rfc3339,
     usage_error,
 )
+from dex_server.engine.query import listing_conditions, with_conditions
 
 STOP_TYPES = tuple(t.value for t in dex.StopType)
 STATUSES = tuple(s.value for s in dex.FlowStatus)
@@ -122,18 +123,7 @@ async def _no_flows_of_type(conn: Connection, flow_type: str, status: str | None
 
 def _search_query(query: str, flow_type: str | None, status: str | None) -> str:
     """``query`` with ``--type`` / ``--status`` added as conditions."""
-    if not flow_type and not status:
-        return query
-    body, order = query, ""
-    head, sep, tail = query.upper().rpartition("ORDER BY")
-    if sep and "'" not in tail and '"' not in tail:
-        body, order = query[: len(head)], query[len(head) :]
-    conds = [f"({body})"] if body.strip() else []
-    if flow_type:
-        conds.insert(0, "FlowType = '" + flow_type.replace("'", "''") + "'")
-    if status:
-        conds.insert(0, f"ExecutionStatus = '{status}'")
-    return " AND ".join(conds) + (" " + order if order else "")
+    return with_conditions(query, listing_conditions(status=status, flow_type=flow_type))
 
 
 async def _flow_search(

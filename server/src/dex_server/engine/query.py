@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -49,7 +49,10 @@ __all__ = [
     "OrderItem",
     "Query",
     "QueryError",
+    "listing_conditions",
     "parse_query",
+    "quoted",
+    "with_conditions",
 ]
 
 MAX_QUERY_BYTES = 8192
@@ -478,3 +481,64 @@ def parse_query(text: str, fields: Mapping[str, FieldType]) -> Query:
     if "\x00" in text:
         raise QueryError("the query holds a NUL character", text.index("\x00"), "\x00")
     return _Parser(text, fields).query()
+
+
+def quoted(text: str) -> str:
+    """``text`` as a single-quoted query string (quotes doubled, backslashes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def with_conditions(query: str, conditions: Sequence[str]) -> str:
+    """``query`` narrowed by ``conditions`` (each a predicate in the query language).
+
+    The listing filters of the CLI and Dex Web (status, Flow type, ID prefix, start
+    time) become conditions ANDed in front of the user's filter, which is parenthesised so
+    its ``OR`` keeps its meaning; a trailing ``ORDER BY`` stays last. Without conditions
+    the query comes back unchanged, so parse errors keep their positions. A query that
+    does not tokenize is wrapped whole: its parse then fails with the parser's message.
+    Build condition values with :func:`quoted`.
+    """
+    if not conditions:
+        return query
+    body, order = query, ""
+    try:
+        toks = _tokenize(query)
+    except QueryError:
+        toks = []
+    for a, b in zip(toks, toks[1:], strict=False):
+        if _is_kw(a, "ORDER") and _is_kw(b, "BY"):
+            body, order = query[: a.pos].rstrip(), query[a.pos :]
+            break
+    parts = [*conditions, *([f"({body})"] if body.strip() else [])]
+    return " AND ".join(parts) + (" " + order if order else "")
+
+
+def listing_conditions(
+    *,
+    status: str | None = None,
+    flow_type: str | None = None,
+    flow_id_prefix: str = "",
+    started_after: float | None = None,
+    started_before: float | None = None,
+) -> list[str]:
+    """The query conditions of the listing filters (``None`` / ``""``: no condition).
+
+    ``started_after`` is inclusive and ``started_before`` exclusive (Unix times), as in the
+    plain listing.
+    """
+    conds: list[str] = []
+    if status:
+        conds.append(f"ExecutionStatus = {quoted(status)}")
+    if flow_type:
+        conds.append(f"FlowType = {quoted(flow_type)}")
+    if flow_id_prefix:
+        conds.append(f"FlowId STARTS_WITH {quoted(flow_id_prefix)}")
+    if started_after is not None:
+        conds.append(f"StartTime >= {quoted(_iso(started_after))}")
+    if started_before is not None:
+        conds.append(f"StartTime < {quoted(_iso(started_before))}")
+    return conds
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
