@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from dex_agents import (
     AgentSessionFlow,
+    AgentSessionOptions,
     AgentTurnContext,
     AgentTurnOutcome,
     DeferredToolExecution,
@@ -104,6 +106,11 @@ def build_flows(state_dir: Path, url: str, stdio_gates: str = "") -> list[AgentS
         AgentSessionFlow(SourceRunner(MCPToolSource.http(url)), flow_type="AgentMcpHttp"),
         AgentSessionFlow(
             SourceRunner(stdio_source(state_dir, stdio_gates)), flow_type="AgentMcpStdio"
+        ),
+        AgentSessionFlow(
+            SourceRunner(MCPToolSource.http(url)),
+            flow_type="AgentMcpDeadline",
+            options=AgentSessionOptions(interrupt_deadline=timedelta(seconds=2)),
         ),
     ]
 

@@ -22,6 +22,7 @@ from dex_agents import (
     ToolPolicy,
 )
 from dex_agents._tool_input import SINGLE_ATTEMPT_QUESTION_ERROR
+from dex_agents._tool_steps import EXPIRED_QUESTION
 from dex_agents.testing import AgentTestStack, FileGate, InvocationLog, wait_for_agent_snapshot
 from dex_agents.testing._process import ChildProcess
 
@@ -81,6 +82,7 @@ class McpScenario:
         self.state_dir = state
         self.http = stack.sessions(flows[0])
         self.stdio = stack.sessions(flows[1])
+        self.deadline = stack.sessions(flows[2])
         self.log = InvocationLog(state / "mcp_calls.log")
 
     def keys(self, tool: str) -> list[str]:
@@ -238,3 +240,19 @@ async def test_a_single_attempt_call_cannot_ask(mcp_scenario: McpFactory) -> Non
         assert await s.http.resolve_interrupt("mcp-cancel", approval.interrupt_id, True)
         snapshot = await wait_idle(s.http, "mcp-cancel", turns=2, timeout=90)
         assert "the warehouse is closed" in assistant_texts(snapshot)[-1]
+
+
+async def test_an_unanswered_question_expires_at_its_deadline(mcp_scenario: McpFactory) -> None:
+    async with mcp_scenario() as s:
+        await s.stack.start_worker()
+        await s.deadline.start_session("mcp-late", "change the address")
+        question = await first_interrupt(s.deadline, "mcp-late", InterruptKind.QUESTION)
+        assert question.deadline is not None
+        snapshot = await wait_idle(s.deadline, "mcp-late", turns=1, timeout=90)
+        answer = assistant_texts(snapshot)[-1]
+        assert answer.startswith("change_address: rejected: ")
+        assert answer.endswith(EXPIRED_QUESTION)
+        assert s.keys("change_address") == []
+        assert not await s.deadline.resolve_interrupt(
+            "mcp-late", question.interrupt_id, True, answer={"street": "x", "city": "y"}
+        )

@@ -50,6 +50,7 @@ from dex_agents._tool_input import (
 )
 
 EXPIRED_REJECTION = "The approval deadline passed before anyone answered."
+EXPIRED_QUESTION = "The deadline passed before anyone answered the tool's question."
 SYNC = StepDurability.SYNC
 
 
@@ -158,13 +159,10 @@ class AwaitToolApproval(_ToolCallStep):
             return StepDecision.go_to_many(movement_to(self, input))
         if not remove_interrupts(context, [interrupt_id]):
             return StepDecision.go_to_many(movement_to(self, input))
-        self._emit_resolved(context, record, False, EXPIRED_REJECTION)
+        expired = EXPIRED_REJECTION if record.question is None else EXPIRED_QUESTION
+        self._emit_resolved(context, record, False, expired)
         finish_tool_call(
-            self._parts,
-            context,
-            record,
-            ToolCallStatus.REJECTED,
-            rejection_message=EXPIRED_REJECTION,
+            self._parts, context, record, ToolCallStatus.REJECTED, rejection_message=expired
         )
         return StepDecision.dead_end()
 
