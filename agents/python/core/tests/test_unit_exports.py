@@ -82,6 +82,12 @@ EXPECTED = {
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",
+    "IDEMPOTENCY_KEY_META",
+    "InterruptKind",
+    "MCPToolSource",
+    "ToolInputAnswer",
+    "ToolInputRequired",
+    "ToolQuestion",
     "persistence",
 }
 

@@ -61,6 +61,7 @@ def test_flow_shape_matches_the_seeds() -> None:
         "ResumeTurn",
         "RecordTurnFailure",
         "StopTurn",
+        "RaiseToolQuestion",
     }
     rpcs = {r.name: r for r in flow_spec.rpcs}
     assert set(rpcs) == {

@@ -31,6 +31,7 @@ from dex_agents._enums import (
 )
 from dex_agents._events import AgentEventWriter
 from dex_agents._flow import AgentSessionFlow
+from dex_agents._mcp import IDEMPOTENCY_KEY_META, MCPToolSource
 from dex_agents._persistence import (
     AGENT_EVENTS,
     AGENT_MESSAGES,
@@ -91,6 +92,7 @@ from dex_agents._text import (
     describe_tool_call_outcome,
     message_sequence_key,
 )
+from dex_agents._tool_input import InterruptKind, ToolInputAnswer, ToolInputRequired, ToolQuestion
 from dex_agents._tool_sources import SourceTool, ToolSource
 
 __all__ = [
@@ -172,4 +174,10 @@ __all__ = [
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",
+    "IDEMPOTENCY_KEY_META",
+    "InterruptKind",
+    "MCPToolSource",
+    "ToolInputAnswer",
+    "ToolInputRequired",
+    "ToolQuestion",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -91,14 +91,22 @@ class AgentSessionClient:
         interrupt_id: str,
         approved: bool,
         rejection_message: str | None = None,
+        answer: Mapping[str, Any] | None = None,
     ) -> bool:
         """Approve or reject a pending tool call; False if it is not pending or expired.
 
         Retries ``RpcLockConflictError`` (a Step holding ``PendingInterrupts``) for up to
         5 seconds, then raises it. ``rejection_message`` is dropped on approval.
+
+        For a ``question`` interrupt (a running tool asks for input), ``approved=True``
+        with ``answer`` (the fields its ``requested_schema`` asks for) answers it, and
+        ``approved=False`` declines; either way the call then runs again with the answer.
         """
         request = ResolveInterruptRequest(
-            interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
+            interrupt_id=interrupt_id,
+            approved=approved,
+            rejection_message=rejection_message,
+            answer=None if answer is None else dict(answer),
         )
         return await _retry_lock_conflicts(
             lambda: self._call_bool(self.flow.resolve_interrupt, session_id, request)

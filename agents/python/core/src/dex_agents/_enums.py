@@ -93,7 +93,9 @@ class AgentEventType(StrEnum):
     ``usage_recorded`` {recorded, session} (only for a model call that reported usage).
     Beyond them: ``turn_steered`` {message_count}
     and ``turn_cancelled`` {message_count}, written when a steered or cancelled turn ends,
-    and ``custom`` for a runner's own ``write_event`` payloads {name, ...}.
+    and ``custom`` for a runner's own ``write_event`` payloads {name, ...}. The
+    ``interrupt_raised`` of a tool's question (``ToolInputRequired``) also has {kind,
+    message}.
     """
 
     TURN_STARTED = "turn_started"

@@ -43,6 +43,7 @@ from dex_agents._tool_steps import (
     AwaitToolApproval,
     CallSingleAttemptTool,
     CallTool,
+    RaiseToolQuestion,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
 )
@@ -115,6 +116,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         call = CallTool(parts, record_failure)
         single = CallSingleAttemptTool(parts, record_unknown)
         approval = AwaitToolApproval(parts, {True: call, False: single})
+        questions = RaiseToolQuestion(parts, approval)
+        call.questions = questions
         self._start = StartAgentSession(parts)
         self._steps = (
             AwaitUserMessage(parts),
@@ -127,6 +130,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             ResumeTurn(parts),
             RecordTurnFailure(parts),
             StopTurn(parts),
+            questions,
         )
 
     def get_flow_type(self) -> str:

@@ -21,6 +21,7 @@ from dex_agents._enums import (
     ToolEffect,
     TurnControlKind,
 )
+from dex_agents._tool_input import InterruptKind, ToolInputAnswer, ToolQuestion
 
 
 class AgentUsage(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,6 +107,8 @@ class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
         output: the tool's output when ``SUCCEEDED``.
         error: the failure message (``FAILED``) or recovery detail (``OUTCOME_UNKNOWN``).
         rejection_message: why the call was rejected (``REJECTED``), if a reason was given.
+        question: the question the call waits on (a ``question`` interrupt), if any.
+        answers: answers to the call's questions so far, in order; replayed on each run.
 
     """
 
@@ -122,6 +125,8 @@ class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
     output: str | None = None
     error: str | None = None
     rejection_message: str | None = None
+    question: ToolQuestion | None = None
+    answers: list[ToolInputAnswer] = []
 
 
 class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +140,9 @@ class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
         arguments: the call's arguments.
         created_at: Unix seconds when it was raised (Worker clock).
         deadline: Unix seconds after which it expires as rejected, or None (no deadline).
+        kind: ``approval`` (approve or reject the call) or ``question`` (the running tool
+            asks for input: answer with ``approved=True`` and ``answer``, or decline).
+        question: the tool's question, for a ``question`` interrupt.
 
     """
 
@@ -145,6 +153,8 @@ class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
     created_at: float
     deadline: float | None = None
+    kind: InterruptKind = InterruptKind.APPROVAL
+    question: ToolQuestion | None = None
 
 
 class AgentInterruptResolution(msgspec.Struct, frozen=True):
@@ -153,14 +163,19 @@ class AgentInterruptResolution(msgspec.Struct, frozen=True):
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    answer: dict[str, Any] | None = None
 
 
 class ResolveInterruptRequest(msgspec.Struct, frozen=True):
-    """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval."""
+    """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval.
+
+    ``answer`` is the person's answer to a ``question`` interrupt (kept only on approval).
+    """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    answer: dict[str, Any] | None = None
 
 
 class AgentUserMessage(msgspec.Struct, frozen=True):

@@ -68,6 +68,7 @@ def resolve_interrupt(ctx: Context, request: ResolveInterruptRequest) -> bool:
             interrupt_id=match.interrupt_id,
             approved=request.approved,
             rejection_message=None if request.approved else request.rejection_message,
+            answer=request.answer if request.approved else None,
         ),
     )
     return True

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dex import (
     Context,
@@ -30,7 +30,7 @@ from msgspec.structs import replace
 
 from dex_agents._enums import AgentEventType, ToolCallStatus, ToolEffect
 from dex_agents._persistence import persistence
-from dex_agents._records import AgentToolCall
+from dex_agents._records import AgentInterrupt, AgentToolCall
 from dex_agents._runner import DeferredToolExecution, ToolExecutionError, bind_tool_execution
 from dex_agents._session import (
     SessionParts,
@@ -38,11 +38,19 @@ from dex_agents._session import (
     control_pending,
     emit,
     finish_tool_call,
+    pending_interrupts,
     remove_interrupts,
     runner_call,
 )
+from dex_agents._tool_input import (
+    SINGLE_ATTEMPT_QUESTION_ERROR,
+    InterruptKind,
+    ToolInputAnswer,
+    ToolInputRequired,
+)
 
 EXPIRED_REJECTION = "The approval deadline passed before anyone answered."
+EXPIRED_QUESTION = "The deadline passed before anyone answered the tool's question."
 SYNC = StepDurability.SYNC
 
 
@@ -130,6 +138,9 @@ class AwaitToolApproval(_ToolCallStep):
             remove_interrupts(context, [interrupt_id])
             rejection = None if answer.approved else answer.rejection_message
             self._emit_resolved(context, record, answer.approved, rejection)
+            if record.question is not None:
+                resumed = _record_answer(context, record, answer.approved, answer.answer)
+                return StepDecision.go_to_many(movement_to(self._run_step(resumed), input))
             if answer.approved:
                 approved = _approve(context, record)
                 return StepDecision.go_to_many(movement_to(self._run_step(approved), input))
@@ -148,13 +159,10 @@ class AwaitToolApproval(_ToolCallStep):
             return StepDecision.go_to_many(movement_to(self, input))
         if not remove_interrupts(context, [interrupt_id]):
             return StepDecision.go_to_many(movement_to(self, input))
-        self._emit_resolved(context, record, False, EXPIRED_REJECTION)
+        expired = EXPIRED_REJECTION if record.question is None else EXPIRED_QUESTION
+        self._emit_resolved(context, record, False, expired)
         finish_tool_call(
-            self._parts,
-            context,
-            record,
-            ToolCallStatus.REJECTED,
-            rejection_message=EXPIRED_REJECTION,
+            self._parts, context, record, ToolCallStatus.REJECTED, rejection_message=expired
         )
         return StepDecision.dead_end()
 
@@ -184,6 +192,26 @@ def _interrupt_deadline(ctx: Context, interrupt_id: str) -> float | None:
     return None
 
 
+def _record_answer(
+    ctx: Context, record: AgentToolCall, accepted: bool, content: dict[str, Any] | None
+) -> AgentToolCall:
+    question = record.question
+    assert question is not None
+    answer = ToolInputAnswer(
+        key=question.key,
+        action="accept" if accepted else "decline",
+        content=content if accepted else None,
+    )
+    resumed = replace(
+        record,
+        status=ToolCallStatus.APPROVED if record.requires_approval else ToolCallStatus.PENDING,
+        question=None,
+        answers=[*record.answers, answer],
+    )
+    persistence.AgentToolCalls.set(ctx, record.tool_call_id, resumed)
+    return resumed
+
+
 def _approve(ctx: Context, record: AgentToolCall) -> AgentToolCall:
     approved = replace(record, status=ToolCallStatus.APPROVED)
     persistence.AgentToolCalls.set(ctx, record.tool_call_id, approved)
@@ -197,6 +225,8 @@ class _RunToolStep(_ToolCallStep):
     """
 
     max_attempts: ClassVar[int]
+    # Set by the Flow: where a call that asks a question goes (None: it cannot ask).
+    questions: RaiseToolQuestion | None = None
 
     def __init__(self, parts: SessionParts, failure: _RecordFailureStep) -> None:
         super().__init__(parts)
@@ -237,16 +267,98 @@ class _RunToolStep(_ToolCallStep):
                     attempt=ctx.attempt,
                     events=writer,
                     heartbeat=ctx.heartbeat,
+                    answers=tuple(record.answers),
                 )
                 with bind_tool_execution(call):
                     result = await self._parts.runner.execute_deferred_tool_call(call)
         except ToolExecutionError as exc:
             finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=exc.message)
             return StepDecision.dead_end()
+        except ToolInputRequired as exc:
+            return self._ask(ctx, record, exc)
         finish_tool_call(
             self._parts, ctx, record, ToolCallStatus.SUCCEEDED, output=str(result.output)
         )
         return StepDecision.dead_end()
+
+    def _ask(self, ctx: Context, record: AgentToolCall, exc: ToolInputRequired) -> StepDecision:
+        if not record.effect.is_retryable or self.questions is None:
+            error = SINGLE_ATTEMPT_QUESTION_ERROR
+            finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=error)
+            return StepDecision.dead_end()
+        number = len(record.answers) + 1
+        waiting = replace(
+            record,
+            status=ToolCallStatus.AWAITING_APPROVAL,
+            interrupt_id=f"{record.turn_id}:{record.tool_call_id}:q{number}",
+            question=exc.question,
+        )
+        persistence.AgentToolCalls.set(ctx, record.tool_call_id, waiting)
+        # PendingInterrupts is written under its lock, which this Step does not hold
+        # while the tool runs: the next Step raises the interrupt.
+        return StepDecision.go_to_many(movement_to(self.questions, record.tool_call_id))
+
+
+class RaiseToolQuestion(_ToolCallStep):
+    """Publishes a running call's question as a ``question`` interrupt, then waits for it."""
+
+    def __init__(self, parts: SessionParts, approval: AwaitToolApproval) -> None:
+        super().__init__(parts)
+        self._approval = approval
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
+        )
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if (
+            record is None
+            or record.status is not ToolCallStatus.AWAITING_APPROVAL
+            or record.question is None
+            or record.interrupt_id is None
+        ):
+            return StepDecision.dead_end()
+        if control_pending(context):
+            finish_tool_call(self._parts, context, record, ToolCallStatus.CANCELLED)
+            return StepDecision.dead_end()
+        interrupts = pending_interrupts(context)
+        if all(i.interrupt_id != record.interrupt_id for i in interrupts):
+            now = time.time()
+            limit = self._parts.options.interrupt_deadline
+            deadline = None if limit is None else now + limit.total_seconds()
+            interrupts.append(
+                AgentInterrupt(
+                    interrupt_id=record.interrupt_id,
+                    tool_call_id=record.tool_call_id,
+                    turn_id=record.turn_id,
+                    tool_name=record.tool_name,
+                    arguments=record.arguments,
+                    created_at=now,
+                    deadline=deadline,
+                    kind=InterruptKind.QUESTION,
+                    question=record.question,
+                )
+            )
+            persistence.PendingInterrupts.set(context, interrupts)
+            emit(
+                self._parts,
+                context,
+                record.turn_id,
+                AgentEventType.INTERRUPT_RAISED,
+                {
+                    "interrupt_id": record.interrupt_id,
+                    "tool_call_id": record.tool_call_id,
+                    "tool_name": record.tool_name,
+                    "deadline": deadline,
+                    "kind": InterruptKind.QUESTION,
+                    "message": record.question.message,
+                },
+            )
+        return StepDecision.go_to_many(movement_to(self._approval, input))
 
 
 class _RecordFailureStep(_ToolCallStep):
