@@ -71,6 +71,13 @@ EXPECTED = {
     "is_approval_required",
     "message_sequence_key",
     "persistence",
+    "ApprovalReceipt",
+    "InvalidApprovalError",
+    "ReconcileResult",
+    "ReconcileToolCallRequest",
+    "Reconciler",
+    "ToolCallReconciliation",
+    "canonical_arguments_sha256",
 }
 
 

@@ -6,6 +6,7 @@ and every tool call as its own Step. ``AgentSessionClient`` starts sessions, sen
 messages, resolves approvals, steers and cancels turns, and reads snapshots and events.
 """
 
+from dex_agents._approvals import InvalidApprovalError, canonical_arguments_sha256
 from dex_agents._client import AgentEventMessage, AgentSessionClient
 from dex_agents._enums import (
     AgentEventType,
@@ -39,7 +40,13 @@ from dex_agents._persistence import (
     ToolCallResults,
     persistence,
 )
-from dex_agents._policy import AgentSessionOptions, ToolPolicy, is_approval_required
+from dex_agents._policy import (
+    AgentSessionOptions,
+    Reconciler,
+    ReconcileResult,
+    ToolPolicy,
+    is_approval_required,
+)
 from dex_agents._records import (
     AgentEvent,
     AgentInterrupt,
@@ -52,10 +59,13 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    ApprovalReceipt,
     FrameworkMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
+    ToolCallReconciliation,
     TurnControl,
 )
 from dex_agents._runner import (
@@ -146,4 +156,11 @@ __all__ = [
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",
+    "ApprovalReceipt",
+    "InvalidApprovalError",
+    "ReconcileResult",
+    "ReconcileToolCallRequest",
+    "Reconciler",
+    "ToolCallReconciliation",
+    "canonical_arguments_sha256",
 ]
