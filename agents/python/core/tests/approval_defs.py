@@ -101,7 +101,9 @@ def summarize(call: ModelCall) -> ScriptedResponse:
 def route(call: ModelCall) -> ScriptedResponse:
     text = call.user_text
     if text.startswith("wire"):
-        calls = [ScriptedToolCall(tool_name="wire_money", arguments={"account": "A", "amount": 500})]
+        calls = [
+            ScriptedToolCall(tool_name="wire_money", arguments={"account": "A", "amount": 500})
+        ]
     elif text.startswith("flaky"):
         args = {"order_id": 9, "amount": 15}
         calls = [ScriptedToolCall(tool_name="flaky_refund", arguments=args)]
@@ -109,7 +111,9 @@ def route(call: ModelCall) -> ScriptedResponse:
         args = {"account": "B", "amount": 70}
         calls = [ScriptedToolCall(tool_name="lost_transfer", arguments=args)]
     else:
-        calls = [ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": 7, "amount": 30})]
+        calls = [
+            ScriptedToolCall(tool_name="issue_refund", arguments={"order_id": 7, "amount": 30})
+        ]
     return ScriptedToolCalls(calls=calls)
 
 
@@ -128,5 +132,7 @@ def build_flows(state_dir: Path) -> dict[str, AgentSessionFlow]:
             tool_gates={"issue_refund": "refund-{turn_id}"} if name == "main" else None,
         )
         options = AgentSessionOptions(tool_policies=POLICIES, interrupt_deadline=deadline)
-        flows[name] = AgentSessionFlow(runner, flow_type=f"Approvals{name.title()}", options=options)
+        flows[name] = AgentSessionFlow(
+            runner, flow_type=f"Approvals{name.title()}", options=options
+        )
     return flows

@@ -226,9 +226,7 @@ async def test_a_person_settles_an_unknown_outcome(tmp_path: Path) -> None:
             "checked (ops@example.com) and it did not take effect: "
             "the bank has no transfer of 70 to B"
         ) in summary
-        [reconciled] = await events_of(
-            s.main, "transfer-1", AgentEventType.TOOL_CALL_RECONCILED
-        )
+        [reconciled] = await events_of(s.main, "transfer-1", AgentEventType.TOOL_CALL_RECONCILED)
         assert reconciled["status"] == "failed"
         assert reconciled["reconciled_by"] == "ops@example.com"
         # Settled once: a second attempt finds nothing waiting.
