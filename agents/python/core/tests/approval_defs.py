@@ -8,6 +8,7 @@ the child's ``time.time`` (see ``approval_worker``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def find_refund(call: AgentToolCall) -> ReconcileResult | None:
     return ReconcileResult(False, "no refund was recorded for this call")
 
 
-TOOLS = {
+TOOLS: dict[str, Callable[..., object]] = {
     "issue_refund": issue_refund,
     "wire_money": wire_money,
     "flaky_refund": flaky_refund,
@@ -100,6 +101,7 @@ def summarize(call: ModelCall) -> ScriptedResponse:
 
 def route(call: ModelCall) -> ScriptedResponse:
     text = call.user_text
+    args: dict[str, object]
     if text.startswith("wire"):
         calls = [
             ScriptedToolCall(tool_name="wire_money", arguments={"account": "A", "amount": 500})
