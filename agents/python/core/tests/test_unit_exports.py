@@ -89,6 +89,13 @@ EXPECTED = {
     "ToolInputRequired",
     "ToolQuestion",
     "persistence",
+    "ApprovalReceipt",
+    "InvalidApprovalError",
+    "ReconcileResult",
+    "ReconcileToolCallRequest",
+    "Reconciler",
+    "ToolCallReconciliation",
+    "canonical_arguments_sha256",
 }
 
 

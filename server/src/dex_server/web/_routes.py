@@ -631,6 +631,10 @@ class WebUI:
                 Safe(
                     f'<input type=hidden name=id value="{h(a.flow_id)}">'
                     f'<input type=hidden name=interrupt_id value="{h(a.interrupt_id)}">'
+                    f'<input type=hidden name=original value="{h(a.arguments)}">'
+                    "<label>Edit arguments <textarea name=arguments rows=3 cols=60>"
+                    f"{h(a.arguments)}</textarea></label> "
+                    "<label>Approver <input name=approver size=20></label> "
                     "<button type=submit name=decision value=approve>Approve</button> "
                     "<label>Reason <input name=reason size=40></label>"
                     "<button type=submit name=decision value=reject>Reject</button>"
@@ -660,6 +664,9 @@ class WebUI:
         form: dict[str, str] = request.state.form
         approved = form.get("decision") == "approve"
         reason = form.get("reason", "").strip() or None
+        edited = _edited_arguments(form) if approved else None
+        if isinstance(edited, Safe):
+            return await self._approvals(request, ctx, edited, 400)
         ok, out = await self._rpc(
             form.get("id", ""),
             "resolve_interrupt",
@@ -667,6 +674,8 @@ class WebUI:
                 "interrupt_id": form.get("interrupt_id", ""),
                 "approved": approved,
                 "rejection_message": None if approved else reason,
+                "arguments": edited,
+                "approver": form.get("approver", "").strip() or None,
             },
         )
         if not ok:
@@ -685,6 +694,8 @@ class WebUI:
         verdict = (
             "Approved" if approved else "Rejected" + (f" with reason: {reason}" if reason else "")
         )
+        if edited is not None:
+            verdict += " with edited arguments"
         return await self._approvals(request, ctx, _notice(f"{verdict}."))
 
     async def _session(
@@ -862,3 +873,17 @@ class WebMount:
             await self.web(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _edited_arguments(form: dict[str, str]) -> str | Safe | None:
+    """The approver's edited arguments, None when unchanged, or an error notice."""
+    text = form.get("arguments", "").strip()
+    if not text or text == form.get("original", "").strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return _notice("Edited arguments must be a JSON object; nothing changed.", error=True)
+    return text

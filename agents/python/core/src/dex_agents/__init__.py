@@ -6,6 +6,7 @@ and every tool call as its own Step. ``AgentSessionClient`` starts sessions, sen
 messages, resolves approvals, steers and cancels turns, and reads snapshots and events.
 """
 
+from dex_agents._approvals import InvalidApprovalError, canonical_arguments_sha256
 from dex_agents._client import AgentEventMessage, AgentSessionClient
 from dex_agents._connectors import (
     CallableSecrets,
@@ -54,7 +55,13 @@ from dex_agents._persistence import (
     ToolCallResults,
     persistence,
 )
-from dex_agents._policy import AgentSessionOptions, ToolPolicy, is_approval_required
+from dex_agents._policy import (
+    AgentSessionOptions,
+    Reconciler,
+    ReconcileResult,
+    ToolPolicy,
+    is_approval_required,
+)
 from dex_agents._records import (
     AgentEvent,
     AgentInterrupt,
@@ -67,10 +74,13 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    ApprovalReceipt,
     FrameworkMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
+    ToolCallReconciliation,
     TurnControl,
 )
 from dex_agents._runner import (
@@ -180,4 +190,11 @@ __all__ = [
     "ToolInputAnswer",
     "ToolInputRequired",
     "ToolQuestion",
+    "ApprovalReceipt",
+    "InvalidApprovalError",
+    "ReconcileResult",
+    "ReconcileToolCallRequest",
+    "Reconciler",
+    "ToolCallReconciliation",
+    "canonical_arguments_sha256",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,6 +25,7 @@ from dex import (
 )
 from msgspec.structs import replace
 
+from dex_agents._approvals import canonical_arguments_sha256, server_now
 from dex_agents._enums import AgentEventType, AgentStatus, ToolCallStatus, TurnControlKind
 from dex_agents._history import session_messages
 from dex_agents._persistence import persistence
@@ -67,6 +67,7 @@ from dex_agents._tool_steps import (
     AwaitToolApproval,
     CallSingleAttemptTool,
     CallTool,
+    emit_reconciled,
     movement_to,
 )
 
@@ -283,7 +284,7 @@ class RunModel(_TurnStep):
         outcome: ToolCallsRequested,
         offset: int,
     ) -> StepDecision:
-        now = time.time()
+        now = server_now(ctx)
         limit = self._parts.options.interrupt_deadline
         deadline = None if limit is None else now + limit.total_seconds()
         interrupts = pending_interrupts(ctx)
@@ -296,6 +297,7 @@ class RunModel(_TurnStep):
                 turn_id=turn_id,
                 tool_name=call.tool_name,
                 arguments=call.arguments,
+                proposed_arguments=call.arguments,
                 effect=call.policy.effect,
                 requires_approval=approval,
                 deferral_order=offset + index,
@@ -326,6 +328,8 @@ class RunModel(_TurnStep):
                         arguments=call.arguments,
                         created_at=now,
                         deadline=deadline,
+                        arguments_sha256=canonical_arguments_sha256(call.arguments),
+                        min_approvals=call.policy.min_approvals,
                     )
                 )
                 emit(
@@ -380,6 +384,8 @@ class ResumeTurn(Step[int]):
         for result in persistence.ToolCallResults.results(context):
             record = by_id.get(result.tool_call_id)
             if not result.announced and record is not None:
+                # Settled by reconcile_tool_call (an RPC, which cannot write Streams).
+                emit_reconciled(self._parts, context, record)
                 emit(
                     self._parts,
                     context,
