@@ -140,7 +140,7 @@ def script(scenario: str, call: ModelCall) -> FakeReply | str:
             )
         result = call.tool_results[-1]
         return f"Bash[{'error' if result.is_error else 'ok'}]={result.text}"
-    done = {r.tool_name for r in call.tool_results if not r.text.startswith("Not run")}
+    done = {r.tool_name for r in call.tool_results if "Not run" not in r.text}
     missing = [name for name in TOOLS if cli_name(name) not in done]
     if missing:
         wanted = missing if scenario in PARALLEL_SCENARIOS else missing[:1]
@@ -149,7 +149,7 @@ def script(scenario: str, call: ModelCall) -> FakeReply | str:
         )
     latest: dict[str, str] = {}
     for result in call.tool_results:
-        if not result.text.startswith("Not run"):
+        if "Not run" not in result.text:
             status = "error" if result.is_error else "ok"
             latest[result.tool_name.removeprefix(f"mcp__{SERVER}__")] = f"[{status}]={result.text}"
     results = "; ".join(f"{name}{latest[name]}" for name in TOOLS)

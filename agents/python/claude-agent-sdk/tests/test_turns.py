@@ -5,7 +5,8 @@ import json
 from dex_agents import MessageRole
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT
 
-from tests.agent_defs import MODEL_KIND, TOOLS, tool_kind
+from dex_agents_claude_agent_sdk import ONE_CALL_AT_A_TIME
+from tests.agent_defs import MODEL_KIND, TOOLS, cli_name, tool_kind
 from tests.conftest import ScenarioFactory
 
 
@@ -48,3 +49,20 @@ async def test_second_turn_sees_the_first_on_a_new_worker(scenario: ScenarioFact
         snapshot = await s.wait_for_answers("t1", 2)
         assert snapshot.messages[-1].text == "Earlier you asked about the espresso machine: True."
         assert s.log.count(tool_kind("issue_refund")) == 1
+
+
+async def test_parallel_custom_calls_run_one_after_another(scenario: ScenarioFactory) -> None:
+    async with scenario("parallel") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("p1", "My order 1042 arrived broken, refund it")
+        snapshot = await s.wait_for_answers("p1", 1)
+
+        # The first call of each response is deferred; the CLI refuses the rest, and the
+        # model asks for them again: three tool Steps, four model calls, no repeats.
+        for name in TOOLS:
+            assert s.log.count(tool_kind(name)) == 1, name
+        assert s.log.keys(MODEL_KIND) == [f"turn-1/call-{n}" for n in range(4)]
+        first = s.model.calls[1]
+        refused = [r for r in first.tool_results if ONE_CALL_AT_A_TIME in r.text]
+        assert [r.tool_name for r in refused] == [cli_name("add_note"), cli_name("issue_refund")]
+        assert "issue_refund[ok]=refund of $249 issued" in snapshot.messages[-1].text
