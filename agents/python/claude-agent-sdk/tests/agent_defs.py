@@ -65,7 +65,10 @@ class SupportDesk:
 
     async def _enter_tool(self, name: str) -> str:
         execution = current_tool_execution()
-        assert execution is not None, "tools run only inside a tool Step"
+        if execution is None:
+            # The same agent run by the SDK alone (the control run of the tests).
+            self.log.record(f"direct:{name}", "direct")
+            return "direct"
         self.log.record(tool_kind(name), execution.idempotency_key, f"attempt={execution.attempt}")
         if name in GATED_TOOLS.get(self.scenario, ()):
             await FileGate(self.state_dir, f"tool-{name}").pass_through()
@@ -163,6 +166,16 @@ def flow_type(scenario: str) -> str:
     return "ClaudeDesk" + "".join(word.title() for word in scenario.split("_"))
 
 
+def agent_options(scenario: str, state_dir: Path) -> ClaudeAgentOptions:
+    return ClaudeAgentOptions(
+        system_prompt="You are a support-desk agent. Use the tools.",
+        tools=["Bash"] if scenario in BASH_SCENARIOS else [],
+        allowed_tools=["Bash"] if scenario in BASH_SCENARIOS else [],
+        setting_sources=[],
+        cwd=str(state_dir),
+    )
+
+
 def build_flow(scenario: str, state_dir: Path) -> AgentSessionFlow:
     desk = SupportDesk(scenario, state_dir)
     policies: dict[str, ToolPolicy] = {}
@@ -172,15 +185,10 @@ def build_flow(scenario: str, state_dir: Path) -> AgentSessionFlow:
         )
     if scenario in BASH_SCENARIOS:
         policies["Bash"] = ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
-    options = ClaudeAgentOptions(
-        system_prompt="You are a support-desk agent. Use the tools.",
-        tools=["Bash"] if scenario in BASH_SCENARIOS else [],
-        allowed_tools=["Bash"] if scenario in BASH_SCENARIOS else [],
-        setting_sources=[],
-        cwd=str(state_dir),
-    )
     return AgentSessionFlow(
-        ClaudeAgentRunner(options, tools=desk.tools(), server_name=SERVER),
+        ClaudeAgentRunner(
+            agent_options(scenario, state_dir), tools=desk.tools(), server_name=SERVER
+        ),
         flow_type=flow_type(scenario),
         options=AgentSessionOptions(tool_policies=policies),
     )

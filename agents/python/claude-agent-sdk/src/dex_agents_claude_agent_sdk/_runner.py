@@ -137,6 +137,7 @@ class _Step:
         if resumed is not None:
             self.record = turn.recorded_tool_call(resumed.deferred)
         self.deferred: tuple[str, str, dict[str, Any]] | None = None
+        self.replayed = False
 
     async def pre_tool_use(
         self, data: HookInput, tool_use_id: str | None, context: HookContext
@@ -153,16 +154,21 @@ class _Step:
         if custom is None and not self.runner.builtin_needs_approval(self.turn, name):
             return {}
         if self.deferred is not None or tool_use_id is None:
-            return _deny(ONE_CALL_AT_A_TIME)
+            if custom is None:
+                return _deny(ONE_CALL_AT_A_TIME)
+            # Let the CLI call the stand-in handler, which answers with the refusal: a
+            # hook denial in a resumed run leaves the deferred call without its result.
+            return _allow("one deferred call per response")
         self.deferred = (tool_use_id, name, dict(arguments) if isinstance(arguments, dict) else {})
         return _DEFER
 
     def replay_handler(self, tool: SdkMcpTool[Any]) -> SdkMcpTool[Any]:
         async def replay(arguments: Any) -> dict[str, Any]:
             record = self.record
-            if record is None or record.tool_name != tool.name:
-                # Only a deferred call is ever allowed through to a custom tool.
-                raise RuntimeError(f"{tool.name!r} reached the CLI without a recorded result")
+            if record is None or record.tool_name != tool.name or self.replayed:
+                # Not the deferred call: a later call of the same response, never run.
+                return {"content": [{"type": "text", "text": ONE_CALL_AT_A_TIME}], "is_error": True}
+            self.replayed = True
             if record.status is ToolCallStatus.SUCCEEDED:
                 return {"content": [{"type": "text", "text": record.output or ""}]}
             text = describe_tool_call_outcome(record)
@@ -189,7 +195,8 @@ class ClaudeAgentRunner:
     session, and a RunModel retry starts from the committed transcript.
 
     Built-in tools (Bash, Read, Edit, Write, ...) run inside the CLI, inside RunModel:
-    they are at-least-once (a RunModel retry runs them again). A built-in named in the
+    they are at-least-once (a RunModel retry runs them again), and after one the CLI calls
+    the model again within the same Step. A built-in named in the
     session's ``tool_policies`` with a policy that needs approval is deferred for the
     approval only: approved, the CLI runs it in the next model step; rejected, the model
     sees the rejection.
@@ -253,12 +260,15 @@ class ClaudeAgentRunner:
         starts_session = not history and resumed is None
         options = self._step_options(step, store, session, starts_session)
         result: ResultMessage | None = None
+        responses: set[str] = set()
         async with ClaudeSDKClient(options) as client:
             if resumed is None:
                 await client.query(unsent_user_text(turn.messages))
             async for message in client.receive_response():
                 if isinstance(message, AssistantMessage):
                     _forward(turn, message)
+                    if message.parent_tool_use_id is None:
+                        responses.add(message.message_id or "")
                 elif isinstance(message, ResultMessage):
                     result = message
                 await turn.heartbeat()
@@ -267,7 +277,7 @@ class ClaudeAgentRunner:
         if result.is_error and result.stop_reason != "tool_deferred":
             raise ClaudeRunError(f"the CLI reported {result.subtype}: {result.errors or ''}")
         entries = [*earlier, *store.appended]
-        usage = _usage(result)
+        usage = _usage(result, max(len(responses), 1))
         if step.deferred is None:
             return TurnCompleted(new_messages=to_framework_messages(entries), usage=usage)
         tool_use_id, name, arguments = step.deferred
@@ -357,14 +367,15 @@ def _forward(turn: AgentTurnContext, message: AssistantMessage) -> None:
             turn.events.write_reasoning_delta(block.thinking)
 
 
-def _usage(result: ResultMessage) -> AgentUsage | None:
+def _usage(result: ResultMessage, requests: int) -> AgentUsage | None:
+    # One model call per step, unless built-ins ran inside the CLI and it called again.
     usage = result.usage
     if not usage:
         return None
     input_tokens = int(usage.get("input_tokens", 0) or 0)
     output_tokens = int(usage.get("output_tokens", 0) or 0)
     return AgentUsage(
-        requests=1,
+        requests=requests,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         total_tokens=input_tokens + output_tokens,

@@ -104,6 +104,15 @@ def _text_of(content: object) -> str:
     return ""
 
 
+# Texts the CLI adds to the conversation itself (context reminders, resume prompts).
+_CLI_TEXTS = ("Continue from where you left off.", "(no content)")
+
+
+def _written_by_cli(text: str) -> bool:
+    stripped = text.strip()
+    return not stripped or stripped.startswith("<system-reminder>") or stripped in _CLI_TEXTS
+
+
 def parse_call(body: Mapping[str, Any]) -> ModelCall:
     """Reduce a Messages API request body to a :class:`ModelCall`."""
     messages = [m for m in body.get("messages", []) if m.get("role") in ("user", "assistant")]
@@ -118,7 +127,7 @@ def parse_call(body: Mapping[str, Any]) -> ModelCall:
                 names[str(block.get("id"))] = str(block.get("name"))
         if message["role"] == "user" and not any(b.get("type") == "tool_result" for b in blocks):
             texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
-            spoken = [t for t in texts if not t.lstrip().startswith("<system-reminder>")]
+            spoken = [t for t in texts if not _written_by_cli(t)]
             if spoken:
                 user_texts.append("\n".join(spoken))
                 turn_start = index
