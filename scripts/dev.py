@@ -357,6 +357,7 @@ _EXPECTED_SECONDS = {
     "agents/python/openai-agents": 150,
     "agents/python/pydantic-ai": 140,
     "agents/python/langgraph": 135,
+    "agents/python/claude-agent-sdk": 420,
     "wheels outside the repo": 150,
 }
 

@@ -1,0 +1,214 @@
+"""The CLI's session transcript: stored with each message, replayed into a session store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from claude_agent_sdk.types import (
+    SessionKey,
+    SessionListSubkeysKey,
+    SessionStoreEntry,
+    SessionStoreListEntry,
+    SessionSummaryEntry,
+)
+from dex_agents import AgentMessage, FrameworkMessage, MessageRole
+
+RUN_STATE_FORMAT = "dex-claude-agent-sdk/1"
+ENTRIES_KEY = "transcript_entries"
+
+
+class TranscriptStore:
+    """An in-memory ``SessionStore`` for one model step.
+
+    It starts with the transcript rebuilt from storage, so ``resume`` materializes the
+    whole conversation in a fresh CLI process, and it collects what the CLI appends.
+    Subagent transcripts (keys with a ``subpath``) are kept apart and not replayed.
+    """
+
+    def __init__(self, entries: Sequence[SessionStoreEntry]) -> None:
+        self.initial: list[SessionStoreEntry] = list(entries)
+        self.appended: list[SessionStoreEntry] = []
+
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        if not key.get("subpath"):
+            self.appended.extend(entries)
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        if key.get("subpath"):
+            return None
+        merged = [*self.initial, *self.appended]
+        return merged or None
+
+    # The step's store holds one session and no subagent transcripts.
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        return []
+
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        return []
+
+    async def delete(self, key: SessionKey) -> None:
+        return None
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        return []
+
+
+def entries_of(message: AgentMessage) -> list[SessionStoreEntry]:
+    """Transcript entries one stored message carries (none for plain user messages)."""
+    item = message.framework_item
+    if isinstance(item, dict):
+        entries = item.get(ENTRIES_KEY)
+        if isinstance(entries, list):
+            return list(entries)
+    return []
+
+
+def transcript_of(messages: Sequence[AgentMessage]) -> list[SessionStoreEntry]:
+    """The CLI transcript of every stored message, in sequence order."""
+    return [entry for message in messages for entry in entries_of(message)]
+
+
+def unsent_user_text(messages: Sequence[AgentMessage]) -> str:
+    """User texts stored after the last transcript entry, joined by blank lines.
+
+    That is this turn's message plus any note the session stored before it (a failed,
+    steered or cancelled turn's note), which the CLI has not seen yet.
+    """
+    pending: list[str] = []
+    for message in reversed(messages):
+        if entries_of(message):
+            break
+        if message.role is MessageRole.USER and message.text:
+            pending.append(message.text)
+    return "\n\n".join(reversed(pending))
+
+
+def _content_blocks(entry: SessionStoreEntry) -> list[dict[str, Any]]:
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [block for block in content or [] if isinstance(block, dict)]
+
+
+def _display(entry: SessionStoreEntry) -> tuple[MessageRole, str] | None:
+    kind = entry.get("type")
+    if kind not in ("assistant", "user") or entry.get("isSidechain"):
+        return None
+    lines: list[str] = []
+    results = False
+    for block in _content_blocks(entry):
+        if block.get("type") == "text" and block.get("text"):
+            lines.append(str(block["text"]))
+        elif block.get("type") == "thinking" and block.get("thinking"):
+            lines.append(f"[thinking] {block['thinking']}")
+        elif block.get("type") == "tool_use":
+            arguments = json.dumps(block.get("input", {}), sort_keys=True)
+            lines.append(f"[tool call] {block.get('name')}({arguments})")
+        elif block.get("type") == "tool_result":
+            results = True
+            status = "error" if block.get("is_error") else "success"
+            lines.append(f"[{status}] {_result_text(block.get('content'))}")
+    if not lines:
+        return None
+    if kind == "assistant":
+        return MessageRole.ASSISTANT, "\n".join(lines)
+    return (MessageRole.TOOL if results else MessageRole.USER), "\n".join(lines)
+
+
+def _message_id(entry: SessionStoreEntry) -> object:
+    message = entry.get("message")
+    return message.get("id") if isinstance(message, dict) else None
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+def to_framework_messages(entries: Sequence[SessionStoreEntry]) -> list[FrameworkMessage]:
+    """Group a turn's transcript entries into stored messages.
+
+    Each displayable entry (assistant output, tool results) starts a message; the entries
+    around it (metadata, attachments) travel with the message before them, so
+    concatenating every message's entries gives the transcript back unchanged. The
+    turn's own user prompt entry is not displayed again: the session stored it already.
+    """
+    groups: list[tuple[MessageRole, str, list[SessionStoreEntry]]] = []
+    leading: list[SessionStoreEntry] = []
+    last_id: object = None
+    for entry in entries:
+        shown = _display(entry)
+        message_id = _message_id(entry)
+        if shown is not None and shown[0] is not MessageRole.USER:
+            if groups and shown[0] is MessageRole.ASSISTANT and message_id == last_id:
+                # The CLI writes one entry per content block of a response: one message.
+                role, text, group = groups[-1]
+                groups[-1] = (role, f"{text}\n{shown[1]}" if text else shown[1], group)
+                group.append(entry)
+            else:
+                groups.append((shown[0], shown[1], [*leading, entry]))
+                leading = []
+            last_id = message_id if shown[0] is MessageRole.ASSISTANT else None
+        elif groups:
+            groups[-1][2].append(entry)
+        else:
+            leading.append(entry)
+    if leading:
+        # A turn with no displayable output still keeps its entries.
+        groups.append((MessageRole.ASSISTANT, "", leading))
+    return [
+        FrameworkMessage(role=role, framework_item={ENTRIES_KEY: group}, text=text)
+        for role, text, group in groups
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """What continues a turn after its tool Step.
+
+    Attributes:
+        entries: the transcript entries this turn appended so far.
+        deferred: the tool call the CLI stopped at (its ``tool_use`` ID).
+        builtin: whether that call is a CLI built-in deferred only for its approval.
+
+    """
+
+    entries: list[SessionStoreEntry]
+    deferred: str
+    builtin: bool
+
+    def dump(self) -> str:
+        """Encode as a JSON string (never empty)."""
+        payload = {
+            "format": RUN_STATE_FORMAT,
+            "deferred": self.deferred,
+            "builtin": self.builtin,
+            "entries": self.entries,
+        }
+        return json.dumps(payload, separators=(",", ":"))
+
+    @classmethod
+    def load(cls, raw: str) -> RunState:
+        """Decode a string from :meth:`dump`.
+
+        Raises:
+            ValueError: the string is not a run state of this adapter's format.
+
+        """
+        payload = json.loads(raw)
+        if not isinstance(payload, dict) or payload.get("format") != RUN_STATE_FORMAT:
+            raise ValueError(f"not a {RUN_STATE_FORMAT} run state")
+        return cls(
+            entries=list(payload["entries"]),
+            deferred=str(payload["deferred"]),
+            builtin=bool(payload["builtin"]),
+        )

@@ -1,0 +1,10 @@
+"""Worker child of the integration tests: serves the scenario named in its environment."""
+
+from __future__ import annotations
+
+from dex_agents.testing import run_agent_worker
+
+from tests.agent_defs import flow_from_env
+
+if __name__ == "__main__":
+    run_agent_worker([flow_from_env()])

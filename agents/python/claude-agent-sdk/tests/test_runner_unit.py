@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ToolAnnotations, create_sdk_mcp_server, tool
+from dex_agents import AgentMessage, MessageRole, ToolEffect
+
+from dex_agents_claude_agent_sdk import ClaudeAgentRunner, cli_session_id, tool_effect
+from dex_agents_claude_agent_sdk._transcript import (
+    RunState,
+    to_framework_messages,
+    transcript_of,
+    unsent_user_text,
+)
+
+
+@tool("echo", "Echo.", {"text": str}, annotations=ToolAnnotations(readOnlyHint=True))
+async def echo(args: dict[str, Any]) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": args["text"]}]}
+
+
+@tool("save", "Save.", {"text": str}, annotations=ToolAnnotations(idempotentHint=True))
+async def save(args: dict[str, Any]) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": "saved"}]}
+
+
+def stored(sequence: int, role: MessageRole, item: Any, text: str) -> AgentMessage:
+    return AgentMessage(
+        sequence=sequence, turn_id="turn-1", role=role, framework_item=item, text=text
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (ClaudeAgentOptions(resume="abc"), "resume is set by the runner"),
+        (ClaudeAgentOptions(session_id="abc"), "session_id is set by the runner"),
+        (ClaudeAgentOptions(continue_conversation=True), "continue_conversation"),
+        (
+            ClaudeAgentOptions(mcp_servers={"dex": create_sdk_mcp_server("dex")}),
+            "'dex' is already in options.mcp_servers",
+        ),
+    ],
+)
+def test_options_the_runner_owns_are_refused(options: ClaudeAgentOptions, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ClaudeAgentRunner(options, tools=[echo])
+
+
+def test_two_tools_of_one_name_are_refused() -> None:
+    with pytest.raises(ValueError, match="two custom tools are named 'echo'"):
+        ClaudeAgentRunner(ClaudeAgentOptions(), tools=[echo, echo])
+
+
+def test_effects_come_from_mcp_annotations() -> None:
+    assert tool_effect(echo) is ToolEffect.READ
+    assert tool_effect(save) is ToolEffect.IDEMPOTENT_WRITE
+    runner = ClaudeAgentRunner(ClaudeAgentOptions(), tools=[echo], server_name="desk")
+    assert runner.custom_tool_name("mcp__desk__echo") == "echo"
+    assert runner.custom_tool_name("mcp__other__echo") is None
+    assert runner.custom_tool_name("Bash") is None
+    assert cli_session_id("s1") == cli_session_id("s1") != cli_session_id("s2")
+
+
+def test_transcript_entries_round_trip_through_stored_messages() -> None:
+    entries: list[Any] = [
+        {"type": "queue-operation", "operation": "enqueue"},
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "refund it"}},
+        {"type": "attachment", "uuid": "a1"},
+        {
+            "type": "assistant",
+            "uuid": "m1",
+            "message": {"id": "msg_1", "content": [{"type": "text", "text": "On it."}]},
+        },
+        {
+            "type": "assistant",
+            "uuid": "m2",
+            "message": {
+                "id": "msg_1",
+                "content": [{"type": "tool_use", "id": "t1", "name": "echo", "input": {}}],
+            },
+        },
+        {
+            "type": "user",
+            "uuid": "r1",
+            "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+        },
+        {"type": "last-prompt"},
+    ]
+    messages = to_framework_messages(entries)
+    assert [m.role for m in messages] == [MessageRole.ASSISTANT, MessageRole.TOOL]
+    assert messages[0].text == "On it.\n[tool call] echo({})"
+    assert messages[1].text == "[success] x"
+    runner = ClaudeAgentRunner(ClaudeAgentOptions())
+    user = runner.build_user_message("refund it")
+    rows = [stored(0, MessageRole.USER, user.framework_item, user.text)]
+    rows += [stored(i + 1, m.role, m.framework_item, m.text) for i, m in enumerate(messages)]
+    assert transcript_of(rows) == entries
+    # Texts stored after the last transcript line are what the CLI has not seen yet.
+    note = stored(3, MessageRole.USER, {"prompt": "[Dex] note"}, "[Dex] note")
+    again = stored(4, MessageRole.USER, {"prompt": "next"}, "next")
+    assert unsent_user_text([*rows, note, again]) == "[Dex] note\n\nnext"
+
+
+def test_run_state_round_trips_and_refuses_other_formats() -> None:
+    state = RunState(entries=[{"type": "user"}], deferred="toolu_1", builtin=False)
+    assert RunState.load(state.dump()) == state
+    with pytest.raises(ValueError, match="not a dex-claude-agent-sdk/1 run state"):
+        RunState.load('{"format": "other"}')
