@@ -424,6 +424,8 @@ def test_token_from_option_and_env(tmp_path: Path) -> None:
         denied = run_cli(*base, "flow", "list")
         assert denied.code == 1
         assert json.loads(denied.err)["error"]["code"] == "UNAUTHENTICATED"
+        message = json.loads(denied.err)["error"]["message"]
+        assert server.address in message and "--token" in message and "DEX_TOKEN" in message
         assert run_cli(*base, "--token", "s3cret", "flow", "list").code == 0
         assert run_cli(*base, "flow", "list", env={"DEX_TOKEN": "s3cret"}).code == 0
     finally:

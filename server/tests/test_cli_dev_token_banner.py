@@ -27,7 +27,7 @@ def test_the_token_banner_says_how_to_pass_the_token(tmp_path: Path) -> None:
             proc.communicate()
     assert proc.returncode == 0, err
     assert "bearer token required" in out
-    assert 'export DEX_TOKEN="$(cat TOKEN_FILE)"' in out
-    assert 'credential=dex.FileCredential("TOKEN_FILE")' in out
+    assert f'export DEX_TOKEN="$(cat {token_file.resolve()})"' in out
+    assert f'credential=dex.FileCredential("{token_file.resolve()}")' in out
     assert "ApiKeyCredential" in out
     assert "banner-s3cret" not in out + err

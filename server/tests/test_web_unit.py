@@ -50,6 +50,14 @@ def test_root_redirects_to_dex_web(open_ui: TestClient) -> None:
     assert r.headers["location"] == "/ui/flows"
 
 
+def test_an_unknown_ui_address_is_a_not_found_page(open_ui: TestClient) -> None:
+    for path in ("/ui/sessions/some-id", "/ui/no-such-page"):
+        r = open_ui.get(path)
+        assert r.status_code == 404, path
+        assert "Dex Web has no page at this address" in r.text
+        assert r.headers["content-type"].startswith("text/html")
+
+
 def test_pages_set_a_strict_http_only_session_cookie_and_a_self_only_script_policy(
     open_ui: TestClient,
 ) -> None:

@@ -209,6 +209,12 @@ def service_error(exc: Exception, server: str) -> CliError:
         return CliError(message, code=code, exit_code=EXIT_NOT_FOUND)
     if code == ErrorCode.NO_WORKER_AVAILABLE:
         return CliError(message, code=code, exit_code=EXIT_NO_WORKER)
+    if code == ErrorCode.UNAUTHENTICATED:
+        # the server's text cannot know how this client takes its token
+        message = (
+            f"{message} by the Dex server at {server}: pass --token TOKEN "
+            '(or export DEX_TOKEN="$(cat TOKEN_FILE)")'
+        )
     return CliError(message, code=code, exit_code=EXIT_REQUEST_FAILED)
 
 

@@ -118,7 +118,7 @@ def dev(
             web=not no_web,
         )
     )
-    _serve.run(config, banner=True)
+    _serve.run(config, banner=True, token_file=token_file)
 
 
 @app.command()

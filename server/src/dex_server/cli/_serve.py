@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -146,8 +148,11 @@ def _read_token(token_file: Path | None, *, env: str | None) -> str | None:
     return None
 
 
-def run(config: ServerConfig, *, banner: bool) -> None:
-    """Serve until SIGINT or SIGTERM, then stop gracefully; print where to connect."""
+def run(config: ServerConfig, *, banner: bool, token_file: Path | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then stop gracefully; print where to connect.
+
+    ``token_file`` (``--token-file``) is only named in the banner's hints, never read here.
+    """
 
     # A signal that arrives before the server installs its own handlers (or that it
     # re-raises after its graceful stop) ends up here and means "stop", not a traceback.
@@ -160,7 +165,7 @@ def run(config: ServerConfig, *, banner: bool) -> None:
         address_file = config.address_file or Path(tmp) / "address"
         config = dataclasses.replace(config, address_file=address_file)
         try:
-            _event_loop_run(_serve(config, banner=banner))
+            _event_loop_run(_serve(config, banner=banner, token_file=token_file))
         except KeyboardInterrupt:
             pass
         finally:
@@ -179,7 +184,7 @@ def _event_loop_run(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
-async def _serve(config: ServerConfig, *, banner: bool) -> None:
+async def _serve(config: ServerConfig, *, banner: bool, token_file: Path | None) -> None:
     ready = asyncio.Event()
     server = asyncio.create_task(serve(config, ready=ready))
     waiter = asyncio.create_task(ready.wait())
@@ -199,7 +204,7 @@ async def _serve(config: ServerConfig, *, banner: bool) -> None:
         return
     address = _listening_address(config)
     if banner:
-        _banner(config, address)
+        _banner(config, address, token_file)
     else:
         _info(f"dex server listening on {address} (store: {_store_label(config)})")
         if config.web:
@@ -215,17 +220,20 @@ def _listening_address(config: ServerConfig) -> str:
     return f"{config.host}:{config.port}"
 
 
-# How to send the token; the banner never prints the token itself.
-_TOKEN_LINES = [
-    "Every request needs the token of --token-file. Pass it:",
-    '  export DEX_TOKEN="$(cat TOKEN_FILE)"   # read by Workers, Clients and dexcli',
-    '  dex.WorkerOptions(..., credential=dex.FileCredential("TOKEN_FILE"))',
-    '  dex.ClientOptions(..., credential="the token")   # or ApiKeyCredential(...)',
-    "",
-]
+def _token_lines(token_file: Path | None) -> list[str]:
+    # How to send the token, naming the real file when known; never the token itself.
+    shell = shlex.quote(str(token_file.resolve())) if token_file else "TOKEN_FILE"
+    python = json.dumps(str(token_file.resolve())) if token_file else '"TOKEN_FILE"'
+    return [
+        "Every request needs the server's token. Pass it:",
+        f'  export DEX_TOKEN="$(cat {shell})"   # read by Workers, Clients and dexcli',
+        f"  dex.WorkerOptions(..., credential=dex.FileCredential({python}))",
+        '  dex.ClientOptions(..., credential="the token")   # or ApiKeyCredential(...)',
+        "",
+    ]
 
 
-def _banner(config: ServerConfig, address: str) -> None:
+def _banner(config: ServerConfig, address: str, token_file: Path | None) -> None:
     lines = [
         f"Dex dev server listening on {address}",
         f"  store:      {_store_label(config)}",
@@ -238,7 +246,7 @@ def _banner(config: ServerConfig, address: str) -> None:
         f'  dex.ClientOptions(server_address="{address}")',
         f"  dexcli --server {address} flow list",
         "",
-        *(_TOKEN_LINES if config.token else []),
+        *(_token_lines(token_file) if config.token else []),
         *([f"Dex Web (the browser UI): http://{address}/ui", ""] if config.web else []),
         "Press Ctrl-C to stop.",
     ]

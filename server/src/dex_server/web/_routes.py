@@ -120,10 +120,16 @@ class WebUI:
     def __init__(self, runtime: Runtime, token: str | None) -> None:
         self.runtime = runtime
         self.security = WebSecurity(token)
-        self.router = Router(routes=self._routes())
+        self.router = Router(routes=self._routes(), default=self._not_found)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.router(scope, receive, send)
+
+    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette's default raises an HTTPException that nothing here turns into a page.
+        text = "Dex Web has no page at this address: see Flows, Agent sessions or Approvals."
+        response = _page("Not found", _notice(text, error=True), 404, signed_in=False)
+        await response(scope, receive, send)
 
     # ----------------------------------------------------------------- plumbing
 
