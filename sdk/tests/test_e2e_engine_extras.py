@@ -44,6 +44,7 @@ from tests.e2e_flows.engine_flows import (
     CONFIG_FLOW,
     DRAIN_FLOW,
     GATE_FLOW,
+    ORDERED_DRAIN_FLOW,
     TIMERS_FLOW,
     Picked,
     TimersSeen,
@@ -347,6 +348,24 @@ async def test_force_complete_if_channels_empty_loops_until_the_channel_is_empty
         ("Consume-2", "go_to"),
         ("Consume-3", "force_complete"),
     ]
+
+
+async def test_a_long_backlog_drains_one_message_per_step_in_publish_order(
+    stack: Stack,
+) -> None:
+    # each match reads only the head of the backlog: the order must still be the publish order
+    client = stack.client
+    flow_id = unique_id("ordered-drain")
+    await client.start_flow(ORDERED_DRAIN_FLOW, flow_id, 300)
+    result = await client.wait_for_flow(flow_id, timeout=120)
+    assert result.status is FlowStatus.COMPLETED
+    assert result.single_output(int) == 300
+    taken = [
+        e
+        for e in await history(client, flow_id)
+        if e.type == "StepExecuteCompleted" and payload(e)["context"]["stepType"] == "TakeNext"
+    ]
+    assert len(taken) == 300
 
 
 async def test_the_sync_client_runs_the_same_calls(stack: Stack) -> None:

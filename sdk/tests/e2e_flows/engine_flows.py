@@ -335,6 +335,41 @@ class DrainFlow(Flow[list[int]]):
         return PersistenceSchema.of(JOBS)
 
 
+QUEUE = Channel("queue", int)
+
+
+class TakeNext(Step[int]):
+    """Takes one message, which must be ``input`` (publish order); loops until empty."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(QUEUE.for_one())
+
+    def execute(self, context: Context, input: int) -> StepDecision:
+        got = QUEUE.results(context)
+        if got != [input]:
+            return StepDecision.graceful_complete(-1 - input)  # out of order: say where
+        return force_complete_if_channels_empty(
+            input + 1, StepMovement.of(TakeNext, input + 1), QUEUE
+        )
+
+
+class Fill(Step[int]):
+    def execute(self, context: Context, input: int) -> StepDecision:
+        for v in range(input):
+            QUEUE.publish(context, v)
+        return StepDecision.go_to(TakeNext, 0)
+
+
+class OrderedDrainFlow(Flow[int]):
+    """Fill(n) publishes 0..n-1; TakeNext drains them one per Step, checking the order."""
+
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Fill()).other_steps(TakeNext())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(QUEUE)
+
+
 GATE_FLOW = GateFlow()
 TIMERS_FLOW = TimersFlow()
 CONFIG_FLOW = ConfigFlow()
@@ -344,6 +379,7 @@ FAILING_HANDLER_FLOW = FailingHandlerFlow()
 PATIENT_FLOW = PatientFlow()
 COMBO_FLOW = ComboFlow()
 DRAIN_FLOW = DrainFlow()
+ORDERED_DRAIN_FLOW = OrderedDrainFlow()
 FLOWS: list[Flow[Any]] = [
     GATE_FLOW,
     TIMERS_FLOW,
@@ -354,6 +390,7 @@ FLOWS: list[Flow[Any]] = [
     PATIENT_FLOW,
     COMBO_FLOW,
     DRAIN_FLOW,
+    ORDERED_DRAIN_FLOW,
 ]
 
 

@@ -30,6 +30,7 @@ from dex_server.engine.timeouts import TimeoutKind, expired
 from dex_server.engine.waits import (
     WaitingExecution,
     WaitMatch,
+    channel_demand,
     match_waits,
     next_fire_at,
     resolve_timers,
@@ -48,6 +49,7 @@ __all__ = [
     "UndeclaredStateError",
     "WaitMatch",
     "WaitingExecution",
+    "channel_demand",
     "check_attribute_names",
     "check_channel_names",
     "check_spec",

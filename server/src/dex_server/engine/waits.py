@@ -160,6 +160,30 @@ class InvalidWaitError(ValueError):
     """A ``wait_for`` result that no Wait can be; the message says why."""
 
 
+def channel_demand(waiting: Sequence[WaitingExecution]) -> dict[str, int | None]:
+    """The most pending ids per Channel that :func:`match_waits` can use for ``waiting``.
+
+    Each channel condition takes at most ``max(min_count, max_count)`` messages and the
+    matcher hands them out FIFO, so across every Wait it never looks past the sum of those
+    on a Channel: the first that many ids give the same matches as the whole queue. ``None``
+    means unbounded (a condition without ``max_count``). Used to read a bounded prefix of a
+    long backlog rather than all of it on each match.
+    """
+    out: dict[str, int | None] = {}
+    for w in waiting:
+        if w.wait.mode == "skip":
+            continue
+        for c in _channels(w.wait):
+            name = c.channel or ""
+            if name in out and out[name] is None:
+                continue
+            if c.max_count is None:
+                out[name] = None
+            else:
+                out[name] = (out.get(name) or 0) + max(c.min_count, c.max_count)
+    return out
+
+
 def match_waits(
     waiting: Sequence[WaitingExecution],
     queues: Mapping[str, Sequence[str]],

@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 from dex._protocol import ConditionResultsWire, RecoveryErrorWire
 
-from dex_server.engine import NewExecution, WaitingExecution, match_waits
+from dex_server.engine import NewExecution, WaitingExecution, channel_demand, match_waits
 from dex_server.engine import history as hist
 from dex_server.engine.flow_timeout import TIMEOUT_EXECUTION_ID, TimeoutClose, timeout_close
 from dex_server.service._common import Effects, Limits, ReadyTask, SpecIndex, store_value
@@ -114,12 +114,10 @@ def run_matching(
         for c in (e.wait.conditions if e.wait else [])
         if c.kind == "channel"
     }
-    queues = tx.channels.pending_ids(flow.run_id, names)
-    matches = match_waits(
-        [WaitingExecution(execution_id=e.execution_id, wait=e.wait) for e in waiting if e.wait],
-        queues,
-        now,
-    )
+    parked = [WaitingExecution(execution_id=e.execution_id, wait=e.wait) for e in waiting if e.wait]
+    # read only the prefix of each backlog the Waits can take, not every pending id
+    queues = tx.channels.pending_ids(flow.run_id, names, channel_demand(parked))
+    matches = match_waits(parked, queues, now)
     by_id = {e.execution_id: e for e in waiting}
     timed_out: TimeoutClose | None = None
     for m in matches:

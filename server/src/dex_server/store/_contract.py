@@ -7,7 +7,7 @@ Every method runs inside the transaction of the job that calls it (see
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -76,7 +76,17 @@ class StateStore(Protocol):
 
 class ChannelsStore(Protocol):
     def publish(self, run_id: str, channel: str, message_id: str, value: bytes) -> None: ...
-    def pending_ids(self, run_id: str, channels: Iterable[str]) -> dict[str, list[str]]: ...
+    def pending_ids(
+        self,
+        run_id: str,
+        channels: Iterable[str],
+        limits: Mapping[str, int | None] | None = None,
+    ) -> dict[str, list[str]]:
+        """Pending message ids per Channel, oldest first.
+
+        At most ``limits[name]`` ids of a Channel (absent or ``None``: all of them).
+        """
+
     def take(self, run_id: str, message_ids: Sequence[str]) -> dict[str, PendingMessage]: ...
     def delete(self, run_id: str, channel: str, message_id: str) -> int | None: ...
     def sizes(self, run_id: str) -> dict[str, int]: ...

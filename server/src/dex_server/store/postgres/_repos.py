@@ -7,7 +7,7 @@ the row lock (``FOR UPDATE``): two servers committing for the same run serialise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 import psycopg
@@ -305,18 +305,22 @@ class PgChannels(_Repo):
             (run_id, channel, _map_of(channel), message_id, value),
         )
 
-    def pending_ids(self, run_id: str, channels: Iterable[str]) -> dict[str, list[str]]:
-        names = sorted(set(channels))
-        out: dict[str, list[str]] = {n: [] for n in names}
-        if not names:
-            return out
-        rows = self.rows(
-            "SELECT channel, message_id FROM channel_messages WHERE run_id=%s"
-            " AND channel = ANY(%s) ORDER BY seq",
-            (run_id, names),
-        )
-        for ch, mid in rows:
-            out[str(ch)].append(str(mid))
+    def pending_ids(
+        self,
+        run_id: str,
+        channels: Iterable[str],
+        limits: Mapping[str, int | None] | None = None,
+    ) -> dict[str, list[str]]:
+        # one ranged read of channel_messages_by_channel per Channel (LIMIT NULL: no limit)
+        out: dict[str, list[str]] = {}
+        for name in sorted(set(channels)):
+            limit = limits.get(name) if limits is not None else None
+            rows = self.rows(
+                "SELECT message_id FROM channel_messages WHERE run_id=%s AND channel=%s"
+                " ORDER BY seq LIMIT %s",
+                (run_id, name, limit),
+            )
+            out[name] = [str(r[0]) for r in rows]
         return out
 
     def take(self, run_id: str, message_ids: Sequence[str]) -> dict[str, PendingMessage]:

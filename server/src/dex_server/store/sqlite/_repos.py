@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 from dex._protocol import FlowSpec
@@ -237,9 +237,11 @@ class SqliteState:
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
             return {}
+        # Without statistics the planner prefers the primary key's run_id prefix and scans
+        # every Attribute of the run; the map index reads only the maps asked for.
         rows = self.c.execute(
-            "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND map_name"
-            f" IN ({_marks(len(maps))})",
+            "SELECT name, value, blob_hash, size FROM attributes INDEXED BY attributes_by_map"
+            f" WHERE run_id=? AND map_name IN ({_marks(len(maps))})",
             (run_id, *maps),
         )
         return {r[0]: self._value(r[1], r[2], r[3]) for r in rows}
@@ -310,18 +312,22 @@ class SqliteChannels:
             (run_id, channel, _map_of(channel), message_id, value),
         )
 
-    def pending_ids(self, run_id: str, channels: Iterable[str]) -> dict[str, list[str]]:
-        names = sorted(set(channels))
-        out: dict[str, list[str]] = {n: [] for n in names}
-        if not names:
-            return out
-        rows = self.c.execute(
-            "SELECT channel, message_id FROM channel_messages WHERE run_id=? AND channel"
-            f" IN ({_marks(len(names))}) ORDER BY seq",
-            (run_id, *names),
-        )
-        for ch, mid in rows:
-            out[ch].append(mid)
+    def pending_ids(
+        self,
+        run_id: str,
+        channels: Iterable[str],
+        limits: Mapping[str, int | None] | None = None,
+    ) -> dict[str, list[str]]:
+        # one ranged read of channel_messages_by_channel per Channel, stopping at its limit
+        out: dict[str, list[str]] = {}
+        for name in sorted(set(channels)):
+            limit = limits.get(name) if limits is not None else None
+            rows = self.c.execute(
+                "SELECT message_id FROM channel_messages WHERE run_id=? AND channel=?"
+                " ORDER BY seq LIMIT ?",
+                (run_id, name, -1 if limit is None else limit),
+            )
+            out[name] = [r[0] for r in rows]
         return out
 
     def take(self, run_id: str, message_ids: Sequence[str]) -> dict[str, PendingMessage]:
