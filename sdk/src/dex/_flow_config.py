@@ -50,8 +50,6 @@ def unsupported_flow_config(config: FlowConfig) -> str | None:
     """Name the first setting of ``config`` this release cannot run, or None."""
     if config.active_step_search_mode not in (None, ActiveStepSearchMode.DEFAULT):
         return "FlowConfig.active_step_search_mode (search)"
-    if config.continue_as_new_threshold is not None:
-        return "FlowConfig.continue_as_new_threshold (continue-as-new)"
     if config.continue_as_new_page_size_bytes is not None:
         return "FlowConfig.continue_as_new_page_size_bytes (continue-as-new)"
     if not is_pull_target(config.worker_target):

@@ -52,6 +52,10 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
     tx.executions.put(e)
     if e.phase == "waiting":
         return
+    if e.phase == "execute" and e.execution_id in flow.fork_outcomes:
+        # a single-attempt execute the preserved run committed: never dispatched again
+        eff.recorded.append((flow.run_id, e.execution_id))
+        return
     if e.not_before > now:
         tx.timers.add(flow.run_id, e.execution_id, e.not_before)
         eff.timers.append((e.not_before, flow.run_id, e.execution_id))
@@ -202,6 +206,11 @@ def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Ef
 def finish(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
     """Bump the run's version, persist it and snapshot tasks made ready."""
     flow.version += 1
+    if flow.status == "running" and (
+        flow.continue_pending or 0 < flow.continue_as_new_threshold < flow.next_event_id
+    ):
+        flow.continue_pending = True
+        eff.continue_as_new.append(flow.run_id)
     tx.flows.update(flow)
     eff.versions[flow.run_id] = flow.version
     if flow.status == "running":

@@ -127,7 +127,10 @@ def start_flow(
         request_id=req.request_id,
         input=req.input,
         spec_version=idx.version,
+        continue_as_new_threshold=req.continue_as_new_threshold,
     )
+    if req.continue_as_new_threshold < 0:
+        raise ServiceError(ErrorCode.BAD_REQUEST, "continue_as_new_threshold must be >= 0")
     for _ in range(_START_CONFLICT_RETRIES):
         prev = tx.flows.latest(req.flow_id)
         if prev is not None:

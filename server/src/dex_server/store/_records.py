@@ -16,7 +16,7 @@ from dex._protocol import (
 )
 from msgspec import Struct
 
-FlowStatus = Literal["running", "completed", "failed", "canceled", "terminated"]
+FlowStatus = Literal["running", "completed", "failed", "canceled", "terminated", "continued_as_new"]
 Phase = Literal["wait_for", "waiting", "execute"]
 
 
@@ -45,6 +45,16 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     commit_hold: str | None = None
     # the version of the Flow type's spec the run started with ("" before versions existed)
     spec_version: str = ""
+    # time travel: recorded single-attempt outcomes this run takes instead of a rerun, by
+    # execution id (engine/forks.py); the preserved run this one was forked from
+    fork_outcomes: dict[str, msgspec.Raw] = {}
+    forked_from: str | None = None
+    # continue-as-new: roll over once this many events are recorded (0: never), or at the
+    # next quiescent commit once requested; the run this one handed over to / came from
+    continue_as_new_threshold: int = 0
+    continue_pending: bool = False
+    continued_to: str | None = None
+    continued_from: str | None = None
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):
