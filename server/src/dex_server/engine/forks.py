@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from dex._protocol import ConditionResultsWire, DecisionSpec, Movement, WaitSpec
@@ -43,6 +43,12 @@ Method = Literal["wait_for", "execute"]
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
+_T = TypeVar("_T")
+
+
+def _as(value: Any, type_: type[_T]) -> _T:
+    """Decode a decoded JSON value into a wire struct (its raw fields need the bytes)."""
+    return msgspec.json.decode(_enc.encode(value), type=type_)
 
 
 class ForkPointError(Exception):
@@ -217,7 +223,7 @@ def plan_fork(
         cr = ev.get("input", {}).get("conditionResults")
         x.phase = "execute"
         x.wait = None
-        x.condition_results = msgspec.convert(cr, ConditionResultsWire) if cr else None
+        x.condition_results = _as(cr, ConditionResultsWire) if cr else None
         _consume(plan, x.condition_results)
     elif target is not None and target not in plan.executions:
         raise ForkPointError(f"Step execution {target!r} is not live at the fork point")
@@ -298,7 +304,7 @@ def _replay(
     if typ == hist.STEP_WAIT_FOR_COMPLETED and x is not None:
         _apply_writes(plan, out)
         x.locals.update({k: _enc.encode(v) for k, v in (out.get("locals") or {}).items()})
-        wait = msgspec.convert(out["wait"], WaitSpec) if out.get("wait") else WaitSpec()
+        wait = _as(out["wait"], WaitSpec) if out.get("wait") else WaitSpec()
         if wait.mode == "skip" or not wait.conditions:
             x.phase = "execute"
         else:
@@ -306,8 +312,8 @@ def _replay(
     elif typ == hist.STEP_EXECUTE_COMPLETED and x is not None:
         _apply_writes(plan, out)
         cr = p.get("input", {}).get("conditionResults")
-        _consume(plan, msgspec.convert(cr, ConditionResultsWire) if cr else None)
-        decision = msgspec.convert(out["decision"], DecisionSpec)
+        _consume(plan, _as(cr, ConditionResultsWire) if cr else None)
+        decision = _as(out["decision"], DecisionSpec)
         del plan.executions[x.execution_id]
         me = LiveExecution(
             execution_id=x.execution_id,

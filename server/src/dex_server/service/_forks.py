@@ -7,7 +7,7 @@ old run, closed, readable by its run ID until retention.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from dex._protocol import (
@@ -53,6 +53,14 @@ OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
+_T = TypeVar("_T")
+
+
+def _as(value: Any, type_: type[_T]) -> _T:
+    """Decode a decoded JSON value into a wire struct (its raw fields need the bytes)."""
+    return msgspec.json.decode(_enc.encode(value), type=type_)
+
+
 _PAGE = 1000
 
 
@@ -354,7 +362,7 @@ def apply_recorded(
                 for p in out.get("publishes") or []
             ],
             locals={k: _raw(v) for k, v in (out.get("locals") or {}).items()},
-            decision=msgspec.convert(out["decision"], DecisionSpec),
+            decision=_as(out["decision"], DecisionSpec),
         )
     append_history(
         tx,

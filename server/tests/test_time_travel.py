@@ -1,0 +1,323 @@
+"""Time travel and continue-as-new, end to end: a server process, a Worker child process,
+the store the suite runs on (SQLite, or PostgreSQL with ``DEX_TEST_DATABASE=postgres``).
+
+The ``Order`` Flow runs Prepare → Charge → Await; Charge is single-attempt and every run of
+it is logged, so a test counts how often its effect happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from dex import (
+    AsyncClient,
+    ClientOptions,
+    FlowConfig,
+    FlowStatus,
+    StartFlowOptions,
+    TimeTravelOptions,
+    TimeTravelStepMethod,
+    TimeTravelType,
+)
+from dex.errors import BadRequestError, FlowNotActiveOrNotFoundError, FlowNotFoundError
+from dex_server.testing import RunningServer, running_server
+
+from tests._pg import until
+from tests._tt_flows import COUNTER, ORDER, registry
+
+SERVER_DIR = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
+
+
+class Rig:
+    def __init__(self, server: RunningServer, client: AsyncClient, log: Path) -> None:
+        self.server, self.client, self.log = server, client, log
+
+    def lines(self, event: str, flow_id: str) -> list[list[str]]:
+        rows = [ln.split() for ln in self.log.read_text().splitlines()]
+        return [r for r in rows if r[0] == event and r[1] == flow_id]
+
+    def count(self, event: str, flow_id: str, run_id: str | None = None) -> int:
+        return sum(1 for r in self.lines(event, flow_id) if run_id is None or r[3] == run_id)
+
+    async def events(self, flow_id: str, run_id: str = "") -> list[tuple[str, Any]]:
+        page = await self.client.get_history(flow_id, run_id=run_id, page_size=1000)
+        return [(e.type, json.loads(bytes(e.payload))) for e in page.events]
+
+    async def peek(self, flow_id: str) -> dict[str, Any]:
+        return dataclasses.asdict(await self.client.invoke_rpc(ORDER.peek, flow_id))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
+    tmp = tmp_path_factory.mktemp("time-travel")
+    log = tmp / "tt.log"
+    log.touch()
+    async with running_server(tmp / "server") as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests._tt_flows", srv.address],
+            cwd=SERVER_DIR,
+            env={**os.environ, "DEX_TT_LOG": str(log)},
+            start_new_session=True,
+        )
+        try:
+            client = AsyncClient(registry(), options=ClientOptions(server_address=srv.address))
+            async with client:
+                r = Rig(srv, client, log)
+                await until(lambda: "ready" in log.read_text(), 30, "the Worker")
+                yield r
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def _waiting(rig: Rig, flow_id: str, execution_id: str) -> None:
+    async def ok() -> bool:
+        state = await rig.client.get_flow_state(flow_id)
+        return any(
+            s.step_execution_id == execution_id and s.phase == "waiting" for s in state.active_steps
+        )
+
+    await until(ok, 30, f"{execution_id} waiting")
+
+
+async def _closed(rig: Rig, flow_id: str, run_id: str) -> None:
+    async def ok() -> bool:
+        info = await rig.client.describe_flow(flow_id)
+        return info.run_id == run_id and info.status is FlowStatus.COMPLETED
+
+    await until(ok, 30, f"run {run_id} completed")
+
+
+async def _finished_order(rig: Rig, flow_id: str) -> str:
+    run_id = await rig.client.start_flow(ORDER, flow_id, 5)
+    await _waiting(rig, flow_id, "Await-1")
+    await rig.client.invoke_rpc(ORDER.send, flow_id, "hello")
+    await _closed(rig, flow_id, run_id)
+    assert rig.count("charge", flow_id) == 1
+    return run_id
+
+
+async def test_beginning_takes_the_recorded_single_attempt_outcome(rig: Rig) -> None:
+    fid = "tt-begin"
+    old = await _finished_order(rig, fid)
+    new = await rig.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+    assert new != old
+    await _closed(rig, fid, new)
+    # Prepare ran again; Charge (single attempt, committed) did not; the RPC was re-applied
+    assert rig.count("prepare", fid, new) == 1
+    assert rig.count("charge", fid) == 1
+    assert rig.count("await-exec", fid, new) == 1
+    assert await rig.peek(fid) == {
+        "trail": ["prepare", "charge", "got hello"],
+        "charged": 5,
+        "note": "hello",
+    }
+    events = await rig.events(fid)
+    assert events[0][0] == "TimeTravelFork"
+    fork = events[0][1]
+    assert fork["previousRunId"] == old
+    assert fork["forkPoint"] == {"type": "BEGINNING"}
+    assert fork["singleAttempt"]["policy"] == "take_recorded_outcome"
+    assert fork["singleAttempt"]["takeRecordedOutcome"] == ["Charge-1"]
+    assert ("RecordedOutcomeTaken", "Charge-1") in [
+        (t, p.get("stepExecutionId")) for t, p in events
+    ]
+    reapplied = [p for t, p in events if t == "RpcExecutionCompleted"]
+    assert [p["reappliedFrom"]["runId"] for p in reapplied] == [old]
+    # the old run is preserved and readable by its run ID
+    old_events = await rig.events(fid, old)
+    assert old_events[0][0] == "FlowStarted"
+    assert old_events[-1][1]["status"] == "completed"
+    result = await rig.client.wait_for_flow(fid)
+    assert result.status is FlowStatus.COMPLETED
+
+
+async def test_rerun_option_and_skip_writes_reapply(rig: Rig) -> None:
+    fid = "tt-rerun"
+    await _finished_order(rig, fid)
+    opts = TimeTravelOptions(
+        TimeTravelType.BEGINNING, skip_writes_reapply=True, rerun_single_attempt=True
+    )
+    new = await rig.client.time_travel(fid, opts)
+    await _waiting(rig, fid, "Await-1")  # the message was not re-applied: it waits again
+    assert rig.count("charge", fid) == 2  # asked for: Charge ran again
+    assert await rig.peek(fid) == {"trail": ["prepare", "charge"], "charged": 5, "note": None}
+    fork = (await rig.events(fid))[0][1]
+    assert fork["skipWritesReapply"] is True
+    assert fork["singleAttempt"] == {
+        "policy": "rerun",
+        "takeRecordedOutcome": [],
+        "outcomeUnknown": [],
+        "rerun": ["Charge-1"],
+    }
+    await rig.client.invoke_rpc(ORDER.send, fid, "again")
+    await _closed(rig, fid, new)
+    assert (await rig.peek(fid))["trail"] == ["prepare", "charge", "got again"]
+
+
+async def test_step_execution_id_execute_keeps_the_wait_result(rig: Rig) -> None:
+    fid = "tt-exec"
+    await _finished_order(rig, fid)
+    opts = TimeTravelOptions(
+        TimeTravelType.STEP_EXECUTION_ID,
+        step_execution_id="Await-1",
+        step_method=TimeTravelStepMethod.EXECUTE,
+    )
+    new = await rig.client.time_travel(fid, opts)
+    await _closed(rig, fid, new)
+    assert rig.count("await-wait", fid, new) == 0  # its WaitFor result was kept
+    assert rig.count("await-exec", fid, new) == 1
+    assert rig.count("prepare", fid) == 1 and rig.count("charge", fid) == 1
+    assert (await rig.peek(fid))["trail"] == ["prepare", "charge", "got hello"]
+
+
+async def test_step_type_wait_for_reruns_the_wait_with_the_message_reapplied(rig: Rig) -> None:
+    fid = "tt-type"
+    await _finished_order(rig, fid)
+    opts = TimeTravelOptions(
+        TimeTravelType.STEP_TYPE, step_type="Await", step_method=TimeTravelStepMethod.WAIT_FOR
+    )
+    new = await rig.client.time_travel(fid, opts)
+    await _closed(rig, fid, new)
+    assert rig.count("await-wait", fid, new) == 1
+    assert rig.count("prepare", fid) == 1 and rig.count("charge", fid) == 1
+    fork = (await rig.events(fid))[0][1]
+    assert fork["forkPoint"] == {
+        "type": "STEP_TYPE",
+        "stepExecutionId": "Await-1",
+        "stepMethod": "WAIT_FOR",
+    }
+
+
+async def test_history_event_time_forks_after_that_event(rig: Rig) -> None:
+    fid = "tt-time"
+    old = await _finished_order(rig, fid)
+    page = await rig.client.get_history(fid, run_id=old, page_size=1000)
+    charge = next(
+        e
+        for e in page.events
+        if e.type == "StepExecuteCompleted"
+        and json.loads(bytes(e.payload))["context"]["stepType"] == "Charge"
+    )
+    at = datetime.fromtimestamp(charge.event_time, UTC)
+    new = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.HISTORY_EVENT_TIME, history_event_time=at)
+    )
+    await _closed(rig, fid, new)
+    # everything up to Charge's commit is kept; Await runs again from its WaitFor
+    assert rig.count("prepare", fid) == 1 and rig.count("charge", fid) == 1
+    assert rig.count("await-wait", fid, new) == 1
+    assert (await rig.peek(fid))["trail"] == ["prepare", "charge", "got hello"]
+
+
+async def test_time_travel_of_a_running_flow_terminates_the_old_run(rig: Rig) -> None:
+    fid = "tt-running"
+    old = await rig.client.start_flow(ORDER, fid, 2)
+    await _waiting(rig, fid, "Await-1")
+    new = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.STEP_TYPE, step_type="Await")
+    )
+    await _waiting(rig, fid, "Await-1")
+    assert (await rig.client.describe_flow(fid)).run_id == new
+    closed = (await rig.events(fid, old))[-1]
+    assert closed[0] == "FlowClosed" and closed[1]["status"] == "terminated"
+    await rig.client.invoke_rpc(ORDER.send, fid, "late")
+    await _closed(rig, fid, new)
+    assert rig.count("charge", fid) == 1
+
+
+async def test_bad_fork_points_are_refused_and_change_nothing(rig: Rig) -> None:
+    fid = "tt-bad"
+    old = await _finished_order(rig, fid)
+    with pytest.raises(FlowNotFoundError):
+        await rig.client.time_travel("no-such-flow", TimeTravelOptions(TimeTravelType.BEGINNING))
+    for opts in [
+        TimeTravelOptions(TimeTravelType.STEP_EXECUTION_ID, step_execution_id="Nope-1"),
+        TimeTravelOptions(TimeTravelType.STEP_EXECUTION_ID),
+        TimeTravelOptions(TimeTravelType.STEP_TYPE, step_type="Nope"),
+        TimeTravelOptions(TimeTravelType.HISTORY_EVENT_TIME),
+        TimeTravelOptions(
+            TimeTravelType.STEP_EXECUTION_ID,
+            step_execution_id="Prepare-1",
+            step_method=TimeTravelStepMethod.WAIT_FOR,
+        ),
+    ]:
+        if opts.step_method is TimeTravelStepMethod.WAIT_FOR:
+            continue  # a Step without wait_for forks at its execute: not an error
+        with pytest.raises(BadRequestError):
+            await rig.client.time_travel(fid, opts)
+    info = await rig.client.describe_flow(fid)
+    assert (info.run_id, info.status) == (old, FlowStatus.COMPLETED)
+    page = await rig.client.list_flows(flow_type="Order", page_size=1000)
+    assert [f.run_id for f in page.flows if f.flow_id == fid] == [old]
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await rig.client.trigger_continue_as_new(fid)
+
+
+async def _total(rig: Rig, fid: str, want: int) -> None:
+    async def ok() -> bool:
+        got: int = await rig.client.invoke_rpc(COUNTER.total, fid)
+        return got == want
+
+    await until(ok, 30, f"total {want}")
+
+
+async def test_continue_as_new_by_trigger_carries_the_state(rig: Rig) -> None:
+    fid = "can-trigger"
+    old = await rig.client.start_flow(COUNTER, fid)
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 3)
+    await _total(rig, fid, 3)
+    await _waiting(rig, fid, "Tick-2")
+    await rig.client.trigger_continue_as_new(fid)
+
+    async def moved() -> bool:
+        return (await rig.client.describe_flow(fid)).run_id != old
+
+    await until(moved, 30, "the new run")
+    new = (await rig.client.describe_flow(fid)).run_id
+    await _waiting(rig, fid, "Tick-2")  # the parked execution moved, with its Wait
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 4)
+    await _total(rig, fid, 7)  # the Attribute was carried
+    assert rig.count("tick-4", fid, new) == 1
+    events = await rig.events(fid)
+    assert events[0][0] == "FlowContinued" and events[0][1]["previousRunId"] == old
+    closed = (await rig.events(fid, old))[-1]
+    assert closed == ("FlowClosed", {"status": "continued_as_new", "continuedToRunId": new})
+    # listings leave such runs out unless asked for by status
+    listed = await rig.client.list_flows(flow_type="Counter", page_size=1000)
+    assert old not in [f.run_id for f in listed.flows]
+    asked = await rig.client.list_flows(
+        flow_type="Counter", status=FlowStatus.CONTINUED_AS_NEW, page_size=1000
+    )
+    assert old in [f.run_id for f in asked.flows]
+
+
+async def test_continue_as_new_by_threshold_keeps_history_bounded(rig: Rig) -> None:
+    fid = "can-threshold"
+    opts = StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=6))
+    first = await rig.client.start_flow(COUNTER, fid, options=opts)
+    for i in range(1, 9):
+        await rig.client.invoke_rpc(COUNTER.tick, fid, i)
+        await _total(rig, fid, i * (i + 1) // 2)
+    runs = await rig.client.list_flows(
+        flow_type="Counter", status=FlowStatus.CONTINUED_AS_NEW, page_size=1000
+    )
+    mine = [f for f in runs.flows if f.flow_id == fid]
+    assert len(mine) >= 2 and first in [f.run_id for f in mine]
+    for f in mine:
+        assert len(await rig.events(fid, f.run_id)) <= 6 + 3
+    latest = await rig.events(fid)
+    assert latest[0][0] == "FlowContinued" and len(latest) <= 6 + 3
