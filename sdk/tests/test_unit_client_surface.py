@@ -319,7 +319,9 @@ StartOptions = Callable[[], StartFlowOptions]
         ),
         (lambda: StartFlowOptions(retry_policy=RetryPolicy()), "Flow retries"),
         (
-            lambda: StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=10)),
+            lambda: StartFlowOptions(
+                config_override=FlowConfig(continue_as_new_page_size_bytes=10)
+            ),
             "continue-as-new",
         ),
         (
@@ -367,18 +369,48 @@ async def test_client_calls_of_features_not_run_yet_fail_before_any_request() ->
     client, requests = _recording_client()
     step = StepExecutionId("Begin")
     calls = [
-        client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
         client.skip_timer("f", step, TimerId.by_condition_index(0)),
         client.wait_for_step_completion("f", step, WaitForStepCompletionOptions()),
         client.wait_for_attribute_match("f", TITLE, AttributeMatch.equal_to("t")),
         client.update_flow_config("f", FlowConfig(step_durability=StepDurability.SYNC)),
-        client.trigger_continue_as_new("f"),
     ]
     for call in calls:
         with pytest.raises(FeatureNotAvailableError):
             await call
     assert requests == []
     await client.close()
+
+
+async def test_time_travel_and_continue_as_new_send_their_requests() -> None:
+    client, requests = _recording_client()
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    options = TimeTravelOptions(
+        TimeTravelType.HISTORY_EVENT_TIME,
+        history_event_time=at,
+        reason="fix",
+        skip_writes_reapply=True,
+        rerun_single_attempt=True,
+    )
+    with pytest.raises(Exception):  # noqa: B017 - the recorder answers {} (no run_id)
+        await client.time_travel("f/1", options)
+    await client.trigger_continue_as_new("f/1")
+    travel, cont = requests
+    assert travel.url.raw_path == b"/v1/flows/f%2F1/time-travel"
+    assert json.loads(travel.content) == {
+        "type": "history_event_time",
+        "history_event_time": at.timestamp(),
+        "reason": "fix",
+        "skip_writes_reapply": True,
+        "rerun_single_attempt": True,
+    }
+    assert (cont.method, cont.url.raw_path) == ("POST", b"/v1/flows/f%2F1/continue-as-new")
+    await client.close()
+
+
+def test_rerun_single_attempt_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        TimeTravelOptions(TimeTravelType.BEGINNING, None, None, None, None, None, False, True)  # type: ignore[call-arg]
+    assert TimeTravelOptions(TimeTravelType.BEGINNING).rerun_single_attempt is False
 
 
 def test_search_flows_sends_its_query_and_a_refusal_raises() -> None:
