@@ -149,12 +149,32 @@ class Counter(Flow[None]):
         return TOTAL.get(context) or 0
 
 
+class Hold(Step[None]):
+    """Single attempt: a durable start, its effect, then it never finishes."""
+
+    async def execute(self, ctx: Context, input: None) -> StepDecision:
+        assert isinstance(ctx, AsyncContext)
+        await ctx.heartbeat(durable=True)
+        log("hold", ctx)
+        await asyncio.Event().wait()
+        return StepDecision.graceful_complete()
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=RetryPolicy(maximum_attempts=1))
+
+
+class Holder(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(Hold())
+
+
 ORDER = Order()
 COUNTER = Counter()
+HOLDER = Holder()
 
 
 def registry() -> dex.Registry:
-    return dex.Registry([ORDER, COUNTER], allow_async_handlers=True)
+    return dex.Registry([ORDER, COUNTER, HOLDER], allow_async_handlers=True)
 
 
 async def _main(address: str) -> None:

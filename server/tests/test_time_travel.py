@@ -34,7 +34,7 @@ from dex.errors import BadRequestError, FlowNotActiveOrNotFoundError, FlowNotFou
 from dex_server.testing import RunningServer, running_server
 
 from tests._pg import until
-from tests._tt_flows import COUNTER, ORDER, registry
+from tests._tt_flows import COUNTER, HOLDER, ORDER, registry
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
 
@@ -267,6 +267,42 @@ async def test_bad_fork_points_are_refused_and_change_nothing(rig: Rig) -> None:
         await rig.client.trigger_continue_as_new(fid)
 
 
+async def test_a_durably_started_single_attempt_step_in_flight_is_not_rerun(rig: Rig) -> None:
+    fid = "tt-inflight"
+    old = await rig.client.start_flow(HOLDER, fid)
+    await until(lambda: rig.count("hold", fid) == 1, 30, "Hold started")
+    new = await rig.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+    result = await rig.client.wait_for_flow(fid, timeout=30)
+    assert result.status is FlowStatus.FAILED
+    assert rig.count("hold", fid) == 1  # its outcome is unknown: it is not run again
+    events = await rig.events(fid)
+    assert events[0][1]["singleAttempt"]["outcomeUnknown"] == ["Hold-1"]
+    failed = [p for t, p in events if t == "StepExecuteFailed"]
+    assert "OUTCOME_UNKNOWN" in json.dumps(failed)
+    assert (await rig.client.describe_flow(fid)).run_id == new
+    assert (await rig.events(fid, old))[-1][1]["status"] == "terminated"
+
+
+async def test_time_travel_twice_replays_through_the_first_fork(rig: Rig) -> None:
+    fid = "tt-twice"
+    first = await _finished_order(rig, fid)
+    second = await rig.client.time_travel(
+        fid,
+        TimeTravelOptions(TimeTravelType.STEP_TYPE, step_type="Await", skip_writes_reapply=True),
+    )
+    await _waiting(rig, fid, "Await-1")
+    await rig.client.invoke_rpc(ORDER.send, fid, "second")
+    await _closed(rig, fid, second)
+    # fork the fork: from its beginning, which is the Flow's beginning in the first run
+    third = await rig.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+    await _closed(rig, fid, third)
+    assert rig.count("prepare", fid) == 2 and rig.count("charge", fid) == 1
+    assert (await rig.peek(fid))["trail"] == ["prepare", "charge", "got second"]
+    fork = (await rig.events(fid))[0][1]
+    assert fork["previousRunId"] == second and fork["targetRunId"] == first
+    assert [r["runId"] for r in fork["reapplied"]] == [second]
+
+
 async def _total(rig: Rig, fid: str, want: int) -> None:
     async def ok() -> bool:
         got: int = await rig.client.invoke_rpc(COUNTER.total, fid)
@@ -292,7 +328,14 @@ async def test_continue_as_new_by_trigger_carries_the_state(rig: Rig) -> None:
     await rig.client.invoke_rpc(COUNTER.tick, fid, 4)
     await _total(rig, fid, 7)  # the Attribute was carried
     assert rig.count("tick-4", fid, new) == 1
-    events = await rig.events(fid)
+    # a continued run can be forked too: its history goes on from the run it came from
+    forked = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.STEP_EXECUTION_ID, step_execution_id="Tick-2")
+    )
+    await _total(rig, fid, 7)
+    assert rig.count("tick-4", fid, forked) == 1
+    await rig.client.stop_flow(fid)
+    events = await rig.events(fid, new)
     assert events[0][0] == "FlowContinued" and events[0][1]["previousRunId"] == old
     closed = (await rig.events(fid, old))[-1]
     assert closed == ("FlowClosed", {"status": "continued_as_new", "continuedToRunId": new})

@@ -499,6 +499,10 @@ def rpc_commit(
     """
     eff = Effects()
     flow = tx.flows.get(run_id)
+    while flow is not None and flow.continued_to and not req.run_id:
+        # the run continued as new since the snapshot: its state went on in the next run
+        run_id = flow.continued_to
+        flow = tx.flows.get(run_id)
     if req.request_id and flow is not None:
         found = tx.rpc_requests.get(run_id, req.request_id)
         if found is not None:

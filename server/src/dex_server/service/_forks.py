@@ -73,6 +73,37 @@ def _history(tx: Tx, run_id: str) -> list[HistoryRow]:
             return rows
 
 
+def _gone(run_id: str, flow_id: str) -> ServiceError:
+    return ServiceError(
+        ErrorCode.BAD_REQUEST,
+        f"time travel: run {run_id}, which this Flow's history continues, is gone (past retention)",
+        flow_id=flow_id,
+    )
+
+
+def _lineage(tx: Tx, flow: FlowRecord) -> list[tuple[str, HistoryRow]]:
+    """The Flow's history as one sequence, from its ``FlowStarted``: ``(run_id, row)``.
+
+    A run made by time travel continues the part of its preserved run before the fork
+    point; a run made by continue-as-new continues the whole of the run it came from.
+    """
+    rows = _history(tx, flow.run_id)
+    if not rows or rows[0][2] == hist.FLOW_STARTED:
+        return [(flow.run_id, r) for r in rows]
+    first = _dec.decode(rows[0][3])
+    prev = tx.flows.get(str(first.get("previousRunId", "")))
+    if prev is None or prev.flow_id != flow.flow_id:
+        raise _gone(str(first.get("previousRunId")), flow.flow_id)
+    base = _lineage(tx, prev)
+    if rows[0][2] == TIME_TRAVEL_FORK:
+        at = (first.get("targetRunId"), int(first.get("targetEventId", 0)))
+        cut = next(
+            (i for i, (run, r) in enumerate(base) if run == at[0] and r[0] >= at[1]), len(base)
+        )
+        base = base[:cut]
+    return base + [(flow.run_id, r) for r in rows[1:]]
+
+
 def _resolve(tx: Tx, raw: bytes) -> bytes:
     """The value's bytes; a history blob reference is looked up in the blob store."""
     if raw.startswith(b'{"__dexBlobReference"'):
@@ -111,9 +142,12 @@ def time_travel(
     old = require_flow(tx, flow_id)
     idx = specs.of_run(tx, old)
     single = _single_attempt(idx)
+    lineage = _lineage(tx, old)
+    # one numbering for the whole lineage; each entry remembers its run and event ID
+    rows = [(i, r[1], r[2], r[3]) for i, (_, r) in enumerate(lineage, 1)]
     try:
         plan = plan_fork(
-            _history(tx, old.run_id),
+            rows,
             req.type,
             step_types=idx.step_types,
             single_attempt=single,
@@ -126,6 +160,10 @@ def time_travel(
         )
     except ForkPointError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, f"time travel: {exc}", flow_id=flow_id) from None
+    origin = [(run, r[0]) for run, r in lineage]
+    end = (old.run_id, old.next_event_id)  # after the whole history: nothing is dropped
+    target = origin[plan.cut_event_id - 1] if plan.cut_event_id <= len(origin) else end
+    reapplied = [origin[r.event_id - 1] for r in plan.reapplied]
     unknown: list[str] = []
     if old.status == "running":
         # a single-attempt execute in flight whose start is durable may have had its effect
@@ -179,7 +217,13 @@ def time_travel(
             f"Flow {flow_id!r} got another running run during the time travel",
             flow_id=flow_id,
         )
-    append_history(tx, flow, TIME_TRAVEL_FORK, _fork_payload(old, plan, req, unknown), now)
+    append_history(
+        tx,
+        flow,
+        TIME_TRAVEL_FORK,
+        _fork_payload(old, plan, req, unknown, target, reapplied),
+        now,
+    )
     _write_state(tx, limits, flow, plan)
     for x in plan.executions.values():
         e = new_exec(
@@ -203,7 +247,7 @@ def time_travel(
             if x.phase == "execute":
                 e.phase, e.condition_results = "execute", x.condition_results
             schedule(tx, flow, e, now, eff)
-    _reapply(tx, limits, idx, flow, old.run_id, plan, now, eff)
+    _reapply(tx, limits, idx, flow, origin, plan, now, eff)
     if flow.state_bytes > limits.max_flow_state_bytes:
         raise LimitError(
             "max_flow_state_bytes", flow.state_bytes, limits.max_flow_state_bytes, "forked state"
@@ -215,7 +259,12 @@ def time_travel(
 
 
 def _fork_payload(
-    old: FlowRecord, plan: ForkPlan, req: TimeTravelRequest, unknown: list[str]
+    old: FlowRecord,
+    plan: ForkPlan,
+    req: TimeTravelRequest,
+    unknown: list[str],
+    target: tuple[str, int],
+    reapplied: list[tuple[str, int]],
 ) -> bytes:
     point: dict[str, Any] = {"type": req.type.upper()}
     if req.history_event_time is not None:
@@ -227,11 +276,13 @@ def _fork_payload(
     return _enc.encode(
         {
             "previousRunId": old.run_id,
-            "targetEventId": plan.cut_event_id,
+            # the first event not kept: the fork point (in a run of the lineage)
+            "targetRunId": target[0],
+            "targetEventId": target[1],
             "forkPoint": point,
             "reason": req.reason,
             "skipWritesReapply": req.skip_writes_reapply,
-            "reappliedRpcEventIds": [r.event_id for r in plan.reapplied],
+            "reapplied": [{"runId": r, "eventId": e} for r, e in reapplied],
             # the rule for single-attempt Steps, and what it chose for each one
             "singleAttempt": {
                 "policy": "rerun" if req.rerun_single_attempt else "take_recorded_outcome",
@@ -268,7 +319,7 @@ def _reapply(
     limits: Limits,
     idx: SpecIndex,
     flow: FlowRecord,
-    old_run_id: str,
+    origin: list[tuple[str, int]],
     plan: ForkPlan,
     now: float,
     eff: Effects,
@@ -303,7 +354,10 @@ def _reapply(
             {
                 "rpcName": r.rpc_name,
                 "output": output,
-                "reappliedFrom": {"runId": old_run_id, "eventId": r.event_id},
+                "reappliedFrom": {
+                    "runId": origin[r.event_id - 1][0],
+                    "eventId": origin[r.event_id - 1][1],
+                },
             }
         )
         append_history(tx, flow, hist.RPC_EXECUTION_COMPLETED, payload, now)
