@@ -7,6 +7,7 @@ it is logged, so a test counts how often its effect happened.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -35,6 +36,7 @@ from dex_server.testing import RunningServer, running_server
 
 from tests._pg import until
 from tests._tt_flows import COUNTER, HOLDER, ORDER, registry
+from tests.test_cli import Result, run_cli
 
 SERVER_DIR = Path(__file__).resolve().parent.parent
 
@@ -364,3 +366,46 @@ async def test_continue_as_new_by_threshold_keeps_history_bounded(rig: Rig) -> N
         assert len(await rig.events(fid, f.run_id)) <= 6 + 3
     latest = await rig.events(fid)
     assert latest[0][0] == "FlowContinued" and len(latest) <= 6 + 3
+
+
+async def test_dexcli_flow_time_travel_and_continue_as_new(rig: Rig) -> None:
+    fid = "tt-cli"
+    old = await _finished_order(rig, fid)
+    base = ("--server", rig.server.address, "--output", "json", "flow")
+
+    def cli(*args: str) -> Result:
+        return run_cli(*base, *args)
+
+    refused = await asyncio.to_thread(cli, "time-travel", fid, "--type", "step_type")
+    assert refused.code != 0 and "--target" in refused.err
+    unconfirmed = await asyncio.to_thread(cli, "time-travel", fid, "--type", "beginning")
+    assert unconfirmed.code != 0 and "--yes" in unconfirmed.err
+    bad = await asyncio.to_thread(
+        cli, "time-travel", fid, "--type", "step_execution_id", "--target", "Nope-1", "--yes"
+    )
+    assert bad.code != 0 and "Nope-1" in bad.err
+    assert (await rig.client.describe_flow(fid)).run_id == old  # nothing changed
+    done = await asyncio.to_thread(
+        cli,
+        "time-travel",
+        fid,
+        "--type",
+        "step_execution_id",
+        "--target",
+        "Await-1",
+        "--step-method",
+        "execute",
+        "--reason",
+        "replay the reply",
+        "--yes",
+    )
+    assert done.code == 0, done.err
+    new = done.json()["runId"]
+    await _closed(rig, fid, new)
+    fork = (await rig.events(fid))[0][1]
+    assert fork["reason"] == "replay the reply"
+    assert fork["forkPoint"]["stepMethod"] == "EXECUTE"
+    closed = await asyncio.to_thread(cli, "continue-as-new", fid, "--yes")
+    assert closed.code != 0 and "not running" in closed.err
+    missing = await asyncio.to_thread(cli, "continue-as-new", "no-such-flow", "--yes")
+    assert missing.code == 3

@@ -475,6 +475,13 @@ def has_effects(r: TaskResult) -> bool:
     )
 
 
+def _continued(tx: Tx, flow: FlowRecord | None, *, pinned: bool) -> FlowRecord | None:
+    """The run ``flow`` went on in by continue-as-new (itself if it did not, or ``pinned``)."""
+    while flow is not None and flow.continued_to and not pinned:
+        flow = tx.flows.get(flow.continued_to)
+    return flow
+
+
 def rpc_commit(
     tx: Tx,
     limits: Limits,
@@ -498,11 +505,8 @@ def rpc_commit(
 
     """
     eff = Effects()
-    flow = tx.flows.get(run_id)
-    while flow is not None and flow.continued_to and not req.run_id:
-        # the run continued as new since the snapshot: its state went on in the next run
-        run_id = flow.continued_to
-        flow = tx.flows.get(run_id)
+    flow = _continued(tx, tx.flows.get(run_id), pinned=bool(req.run_id))
+    run_id = flow.run_id if flow is not None else run_id
     if req.request_id and flow is not None:
         found = tx.rpc_requests.get(run_id, req.request_id)
         if found is not None:
