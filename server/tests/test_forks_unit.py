@@ -213,3 +213,47 @@ def test_execute_of_an_execution_that_never_executed_is_refused() -> None:
             execution_id="Wait-1",
             method="execute",
         )
+
+
+def test_a_history_may_start_from_the_state_a_continue_as_new_carried() -> None:
+    from dex_server.engine.forks import FLOW_CONTINUED
+
+    wait = {"mode": "all", "conditions": [{"kind": "channel", "channel": "inbox"}]}
+    h = History()
+    h.add(
+        FLOW_CONTINUED,
+        _enc.encode(
+            {
+                "previousRunId": "gone",
+                "continuedStart": {
+                    "attributes": {"paid": 5},
+                    "pendingChannelMessages": [{"channel": "inbox", "value": "early"}],
+                    "stepsToResume": [
+                        {
+                            "stepExecutionId": "Wait-3",
+                            "stepType": "Wait",
+                            "fromStepExecutionId": "Pay-1",
+                            "input": 7,
+                            "wait": wait,
+                            "locals": {"k": 1},
+                        }
+                    ],
+                    "counters": {"Wait": 3, "Pay": 1},
+                },
+            }
+        ),
+    )
+    h.execute(
+        "Wait-3",
+        _go("Pay"),
+        condition_results={"channel_values": [["early"]], "channel_names": ["inbox"]},
+    )
+    plan = plan_fork(h.rows, "beginning", step_types=STEPS, single_attempt=_single)
+    x = plan.executions["Wait-3"]
+    assert (x.phase, x.input, x.locals) == ("waiting", b"7", {"k": b"1"})
+    assert plan.channels == {"inbox": [b'"early"']} and plan.attributes == {"paid": b"5"}
+    assert plan.counters == {"Wait": 3, "Pay": 1}
+    at_end = plan_fork(
+        h.rows, "history_event_time", step_types=STEPS, single_attempt=_single, event_time=9.0
+    )
+    assert list(at_end.executions) == ["Pay-2"] and at_end.channels == {"inbox": []}

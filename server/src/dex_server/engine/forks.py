@@ -29,6 +29,9 @@ from dex_server.engine.decisions import (
 )
 
 __all__ = [
+    "FLOW_CONTINUED",
+    "RECORDED_OUTCOME_TAKEN",
+    "TIME_TRAVEL_FORK",
     "ForkExecution",
     "ForkPlan",
     "ForkPointError",
@@ -36,6 +39,13 @@ __all__ = [
     "ReappliedRpc",
     "plan_fork",
 ]
+
+TIME_TRAVEL_FORK = "TimeTravelFork"
+"""First event of a run made by time travel."""
+RECORDED_OUTCOME_TAKEN = "RecordedOutcomeTaken"
+"""A single-attempt execute took its recorded outcome instead of running again."""
+FLOW_CONTINUED = "FlowContinued"
+"""First event of a run made by continue-as-new; ``continuedStart`` is the state carried."""
 
 HistoryRow = tuple[int, float, str, bytes]  # (event_id, event_time, type, payload)
 ForkKind = Literal["beginning", "history_event_time", "step_type", "step_execution_id"]
@@ -199,8 +209,8 @@ def plan_fork(
 
     """
     decoded = [(eid, t, typ, _dec.decode(p)) for eid, t, typ, p in rows]
-    if not decoded or decoded[0][2] != hist.FLOW_STARTED:
-        raise ForkPointError("the run's history does not begin with FlowStarted")
+    if not decoded or decoded[0][2] not in (hist.FLOW_STARTED, FLOW_CONTINUED):
+        raise ForkPointError("the run's history does not begin with a start")
     cut, target, method = _find_cut(
         decoded,
         kind,
@@ -278,9 +288,39 @@ def _as_raw(v: Any) -> msgspec.Raw | None:
     return None if v is None else msgspec.Raw(_enc.encode(v))
 
 
+def _continued(plan: ForkPlan, p: dict[str, Any]) -> None:
+    """The state a continue-as-new carried: the new start of a history."""
+    cs = p.get("continuedStart", {})
+    plan.attributes = {k: _enc.encode(v) for k, v in (cs.get("attributes") or {}).items()}
+    plan.channels = {}
+    for m in cs.get("pendingChannelMessages") or []:
+        plan.channels.setdefault(m["channel"], []).append(_enc.encode(m.get("value")))
+    plan.executions = {}
+    for x in cs.get("stepsToResume") or []:
+        eid = str(x["stepExecutionId"])
+        plan.executions[eid] = ForkExecution(
+            execution_id=eid,
+            step_type=str(x["stepType"]),
+            from_execution_id=str(x.get("fromStepExecutionId", "")),
+            input=_raw(x.get("input")),
+            phase="waiting",
+            wait=_as(x["wait"], WaitSpec) if x.get("wait") else None,
+            locals={k: _enc.encode(v) for k, v in (x.get("locals") or {}).items()},
+        )
+    plan.counters = {str(k): int(v) for k, v in (cs.get("counters") or {}).items()}
+    plan.completions = [
+        (str(c["stepType"]), str(c["stepExecutionId"]), _raw(c.get("output")))
+        for c in cs.get("completedSteps") or []
+    ]
+    plan.closing = bool(cs.get("closing"))
+
+
 def _replay(
     plan: ForkPlan, typ: str, p: dict[str, Any], step_types: frozenset[str] | set[str]
 ) -> None:
+    if typ == FLOW_CONTINUED:
+        _continued(plan, p)
+        return
     if typ == hist.FLOW_STARTED:
         for name, v in (p.get("initialAttributes") or {}).items():
             plan.attributes[name] = _enc.encode(v)

@@ -22,7 +22,16 @@ from dex._protocol import (
 
 from dex_server.engine import InvalidDecisionError, NewExecution, plan_movements
 from dex_server.engine import history as hist
-from dex_server.engine.forks import ForkPlan, ForkPointError, HistoryRow, plan_fork
+from dex_server.engine.forks import (
+    FLOW_CONTINUED,
+    RECORDED_OUTCOME_TAKEN,
+    TIME_TRAVEL_FORK,
+    ForkPlan,
+    ForkPointError,
+    HistoryRow,
+    plan_fork,
+)
+from dex_server.engine.history import blob_reference
 from dex_server.engine.ids import new_uuid7
 from dex_server.service._common import (
     Effects,
@@ -31,6 +40,7 @@ from dex_server.service._common import (
     ServiceError,
     SpecIndex,
     Specs,
+    history_value,
     store_value,
 )
 from dex_server.service._flowops import (
@@ -46,9 +56,6 @@ from dex_server.service._flows import require_flow
 from dex_server.service._steps import AttemptRef, apply_step_result
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
-TIME_TRAVEL_FORK = "TimeTravelFork"
-RECORDED_OUTCOME_TAKEN = "RecordedOutcomeTaken"
-FLOW_CONTINUED = "FlowContinued"
 OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
 
 _enc = msgspec.json.Encoder()
@@ -93,6 +100,9 @@ def _lineage(tx: Tx, flow: FlowRecord) -> list[tuple[str, HistoryRow]]:
     first = _dec.decode(rows[0][3])
     prev = tx.flows.get(str(first.get("previousRunId", "")))
     if prev is None or prev.flow_id != flow.flow_id:
+        if rows[0][2] == FLOW_CONTINUED:
+            # the earlier runs are gone: the history starts from the state carried over
+            return [(flow.run_id, r) for r in rows]
         raise _gone(str(first.get("previousRunId")), flow.flow_id)
     base = _lineage(tx, prev)
     if rows[0][2] == TIME_TRAVEL_FORK:
@@ -235,7 +245,7 @@ def time_travel(
                 execution_id=x.execution_id,
                 step_type=x.step_type,
                 from_execution_id=x.from_execution_id,
-                input=x.input,
+                input=_resolve(tx, x.input) if x.input is not None else None,
                 options=None,
             ),
             now,
@@ -458,6 +468,17 @@ def trigger_continue_as_new(tx: Tx, flow_id: str) -> Effects:
     return eff
 
 
+def _resumed(e: ExecRecord) -> dict[str, Any]:
+    return {
+        "stepExecutionId": e.execution_id,
+        "stepType": e.step_type,
+        "fromStepExecutionId": e.from_execution_id,
+        "input": blob_reference(e.input_blob) if e.input_blob else e.input,
+        "wait": e.wait,
+        "locals": e.locals,
+    }
+
+
 def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: float) -> Effects:
     """Move a run that asked to continue as new into a new run, if it is quiescent.
 
@@ -514,7 +535,8 @@ def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: floa
     eff.versions[flow.run_id] = flow.version
     if not tx.flows.insert(new):
         raise ServiceError(ErrorCode.INTERNAL, f"Flow {flow.flow_id!r} has another running run")
-    for name in tx.state.names(run_id):
+    attributes = tx.state.names(run_id)
+    for name in attributes:
         v = tx.state.get(run_id, name)
         if v is None:
             continue
@@ -543,11 +565,27 @@ def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: floa
             {
                 "previousRunId": flow.run_id,
                 "flowType": new.flow_type,
+                # what the new run starts from (time travel replays it once the
+                # earlier runs are gone); large values are blob references
                 "continuedStart": {
-                    "stepsToResume": [e.execution_id for e in live],
-                    "pendingChannelMessages": len(messages),
-                    "attributes": len(tx.state.names(new.run_id)),
-                    "completedSteps": len(new.completions),
+                    "attributes": {
+                        name: history_value(v)
+                        for name, v in tx.state.of_names(new.run_id, attributes).items()
+                    },
+                    "pendingChannelMessages": [
+                        {"channel": m.channel, "value": m.value} for m in messages
+                    ],
+                    "stepsToResume": [_resumed(e) for e in live],
+                    "counters": new.counters,
+                    "completedSteps": [
+                        {
+                            "stepType": c.step_type,
+                            "stepExecutionId": c.step_execution_id,
+                            "output": c.output,
+                        }
+                        for c in new.completions
+                    ],
+                    "closing": new.closing,
                 },
             }
         ),
