@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,12 +63,12 @@ class Rig:
         return dataclasses.asdict(await self.client.invoke_rpc(ORDER.peek, flow_id))
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
-    tmp = tmp_path_factory.mktemp("time-travel")
+@asynccontextmanager
+async def _rig(tmp: Path, **overrides: object) -> AsyncIterator[Rig]:
+    """A server and a Worker child process on it."""
     log = tmp / "tt.log"
     log.touch()
-    async with running_server(tmp / "server") as srv:
+    async with running_server(tmp / "server", **overrides) as srv:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests._tt_flows", srv.address],
             cwd=SERVER_DIR,
@@ -83,6 +84,12 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
+    async with _rig(tmp_path_factory.mktemp("time-travel")) as r:
+        yield r
 
 
 async def _waiting(rig: Rig, flow_id: str, execution_id: str) -> None:
@@ -409,3 +416,34 @@ async def test_dexcli_flow_time_travel_and_continue_as_new(rig: Rig) -> None:
     assert closed.code != 0 and "not running" in closed.err
     missing = await asyncio.to_thread(cli, "continue-as-new", "no-such-flow", "--yes")
     assert missing.code == 3
+
+
+async def test_time_travel_after_the_earlier_runs_are_gone_starts_from_the_carried_state(
+    tmp_path: Path,
+) -> None:
+    # every value over one byte is a blob: the carried state holds blob references
+    async with _rig(
+        tmp_path, retention_s=0.5, retention_sweep_interval_s=0.2, blob_threshold_bytes=1
+    ) as r:
+        fid = "can-gone"
+        old = await r.client.start_flow(COUNTER, fid)
+        await r.client.invoke_rpc(COUNTER.tick, fid, 30)
+        await _total(r, fid, 30)
+        await _waiting(r, fid, "Tick-2")
+        await r.client.trigger_continue_as_new(fid)
+
+        async def gone() -> bool:
+            try:
+                await r.client.get_history(fid, run_id=old)
+            except FlowNotFoundError:
+                return True
+            return False
+
+        await until(gone, 30, "the first run deleted by retention")
+        new = await r.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+        await _waiting(r, fid, "Tick-2")
+        await r.client.invoke_rpc(COUNTER.tick, fid, 12)
+        await _total(r, fid, 42)  # the total carried as a blob, then 12 added
+        assert r.count("tick-12", fid, new) == 1
+        fork = (await r.events(fid))[0][1]
+        assert fork["targetEventId"] == 2  # right after FlowContinued, in the continued run
