@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import msgspec
-from dex._protocol import ConditionResultsWire, DecisionSpec, Movement, WaitSpec
+from dex._protocol import (
+    ConditionResultsWire,
+    DecisionSpec,
+    Movement,
+    StepOptionsSpec,
+    WaitSpec,
+)
 
 from dex_server.engine import history as hist
 from dex_server.engine.decisions import (
@@ -77,6 +83,7 @@ class ForkExecution:
     wait: WaitSpec | None = None
     condition_results: ConditionResultsWire | None = None
     locals: dict[str, bytes] = field(default_factory=dict)
+    options: StepOptionsSpec | None = None  # a movement's own options (None: the Step's)
 
 
 @dataclass(kw_only=True)
@@ -306,6 +313,7 @@ def _continued(plan: ForkPlan, p: dict[str, Any]) -> None:
             phase="waiting",
             wait=_as(x["wait"], WaitSpec) if x.get("wait") else None,
             locals={k: _enc.encode(v) for k, v in (x.get("locals") or {}).items()},
+            options=_as(x["options"], StepOptionsSpec) if x.get("options") else None,
         )
     plan.counters = {str(k): int(v) for k, v in (cs.get("counters") or {}).items()}
     plan.completions = [
@@ -383,6 +391,7 @@ def _replay(
                 step_type=n.step_type,
                 from_execution_id=n.from_execution_id,
                 input=n.input,
+                options=n.options,
             )
         if decision.kind in ("graceful_complete", "force_complete") and dp.completion_output:
             plan.completions.append((x.step_type, x.execution_id, dp.completion_output))
@@ -405,4 +414,5 @@ def _add_movements(
             step_type=n.step_type,
             from_execution_id=n.from_execution_id,
             input=n.input,
+            options=n.options,
         )

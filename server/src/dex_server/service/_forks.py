@@ -89,29 +89,33 @@ def _gone(run_id: str, flow_id: str) -> ServiceError:
 
 
 def _lineage(tx: Tx, flow: FlowRecord) -> list[tuple[str, HistoryRow]]:
-    """The Flow's history as one sequence, from its ``FlowStarted``: ``(run_id, row)``.
+    """The run's history as one sequence from a start: ``(run_id, row)``.
 
-    A run made by time travel continues the part of its preserved run before the fork
-    point; a run made by continue-as-new continues the whole of the run it came from.
+    A run made by time travel continues the part of its preserved run's history before
+    the fork point (and that run's, if it was forked too); a run made by continue-as-new
+    starts from the state its ``FlowContinued`` event carried, as a new history does (the
+    earlier runs are not needed, and may be gone).
     """
-    rows = _history(tx, flow.run_id)
-    if not rows or rows[0][2] == hist.FLOW_STARTED:
-        return [(flow.run_id, r) for r in rows]
-    first = _dec.decode(rows[0][3])
-    prev = tx.flows.get(str(first.get("previousRunId", "")))
-    if prev is None or prev.flow_id != flow.flow_id:
-        if rows[0][2] == FLOW_CONTINUED:
-            # the earlier runs are gone: the history starts from the state carried over
-            return [(flow.run_id, r) for r in rows]
-        raise _gone(str(first.get("previousRunId")), flow.flow_id)
-    base = _lineage(tx, prev)
-    if rows[0][2] == TIME_TRAVEL_FORK:
+    chain: list[list[HistoryRow]] = []
+    runs: list[str] = []
+    while True:
+        rows = _history(tx, flow.run_id)
+        chain.append(rows)
+        runs.append(flow.run_id)
+        if not rows or rows[0][2] != TIME_TRAVEL_FORK:
+            break
+        first = _dec.decode(rows[0][3])
+        prev = tx.flows.get(str(first.get("previousRunId", "")))
+        if prev is None or prev.flow_id != flow.flow_id:
+            raise _gone(str(first.get("previousRunId")), flow.flow_id)
+        flow = prev
+    seq = [(runs[-1], r) for r in chain[-1]]
+    for run_id, rows in zip(reversed(runs[:-1]), reversed(chain[:-1]), strict=True):
+        first = _dec.decode(rows[0][3])
         at = (first.get("targetRunId"), int(first.get("targetEventId", 0)))
-        cut = next(
-            (i for i, (run, r) in enumerate(base) if run == at[0] and r[0] >= at[1]), len(base)
-        )
-        base = base[:cut]
-    return base + [(flow.run_id, r) for r in rows[1:]]
+        keep = next((i for i, (r, row) in enumerate(seq) if r == at[0] and row[0] >= at[1]), None)
+        seq = seq[:keep] + [(run_id, r) for r in rows[1:]]
+    return seq
 
 
 def _resolve(tx: Tx, raw: bytes) -> bytes:
@@ -246,7 +250,7 @@ def time_travel(
                 step_type=x.step_type,
                 from_execution_id=x.from_execution_id,
                 input=_resolve(tx, x.input) if x.input is not None else None,
-                options=None,
+                options=x.options,
             ),
             now,
         )
@@ -476,6 +480,7 @@ def _resumed(e: ExecRecord) -> dict[str, Any]:
         "input": blob_reference(e.input_blob) if e.input_blob else e.input,
         "wait": e.wait,
         "locals": e.locals,
+        "options": e.options,
     }
 
 
