@@ -374,6 +374,18 @@ async def test_continue_as_new_by_threshold_keeps_history_bounded(rig: Rig) -> N
     latest = await rig.events(fid)
     assert latest[0][0] == "FlowContinued" and len(latest) <= 6 + 3
 
+    # the smallest threshold rolls over after every event of the run's own, and no more
+    tiny = "can-tiny"
+    opts = StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=1))
+    await rig.client.start_flow(COUNTER, tiny, options=opts)
+    for i in (1, 2, 3):
+        await rig.client.invoke_rpc(COUNTER.tick, tiny, i)
+        await _total(rig, tiny, i * (i + 1) // 2)
+    runs = await rig.client.list_flows(
+        flow_type="Counter", status=FlowStatus.CONTINUED_AS_NEW, page_size=1000
+    )
+    assert 3 <= len([f for f in runs.flows if f.flow_id == tiny]) <= 12
+
 
 async def test_dexcli_flow_time_travel_and_continue_as_new(rig: Rig) -> None:
     fid = "tt-cli"

@@ -206,8 +206,10 @@ def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Ef
 def finish(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
     """Bump the run's version, persist it and snapshot tasks made ready."""
     flow.version += 1
+    # continue-as-new once asked, or once the run recorded more events than its threshold
+    # (its first event included, so a new run never rolls over before doing anything)
     if flow.status == "running" and (
-        flow.continue_pending or 0 < flow.continue_as_new_threshold < flow.next_event_id
+        flow.continue_pending or 0 < flow.continue_as_new_threshold < flow.next_event_id - 1
     ):
         flow.continue_pending = True
         eff.continue_as_new.append(flow.run_id)
