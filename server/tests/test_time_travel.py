@@ -381,10 +381,19 @@ async def test_continue_as_new_by_threshold_keeps_history_bounded(rig: Rig) -> N
     for i in (1, 2, 3):
         await rig.client.invoke_rpc(COUNTER.tick, tiny, i)
         await _total(rig, tiny, i * (i + 1) // 2)
-    runs = await rig.client.list_flows(
-        flow_type="Counter", status=FlowStatus.CONTINUED_AS_NEW, page_size=1000
-    )
-    assert 3 <= len([f for f in runs.flows if f.flow_id == tiny]) <= 12
+
+    async def continued() -> int:
+        runs = await rig.client.list_flows(
+            flow_type="Counter", status=FlowStatus.CONTINUED_AS_NEW, page_size=1000
+        )
+        return len([f for f in runs.flows if f.flow_id == tiny])
+
+    async def three() -> bool:
+        return await continued() >= 3
+
+    # each tick's cycle ends parked, and the run rolls over then (after the commit)
+    await until(three, 30, "three rollovers")
+    assert await continued() <= 12
 
 
 async def test_dexcli_flow_time_travel_and_continue_as_new(rig: Rig) -> None:
