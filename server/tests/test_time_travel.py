@@ -468,3 +468,70 @@ async def test_time_travel_after_the_earlier_runs_are_gone_starts_from_the_carri
         assert r.count("tick-12", fid, new) == 1
         fork = (await r.events(fid))[0][1]
         assert fork["targetEventId"] == 2  # right after FlowContinued, in the continued run
+
+
+def _worker(srv: RunningServer, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests._tt_flows", srv.address],
+        cwd=SERVER_DIR,
+        env={**os.environ, "DEX_TT_LOG": str(log)},
+        start_new_session=True,
+    )
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+async def test_recorded_outcomes_survive_a_server_sigkill(tmp_path: Path) -> None:
+    log = tmp_path / "tt.log"
+    log.touch()
+
+    def count(event: str) -> int:
+        return sum(1 for ln in log.read_text().splitlines() if ln.startswith(f"{event} "))
+
+    async with running_server(tmp_path / "server", server_lease_s=2) as srv:
+        worker = _worker(srv, log)
+        try:
+            async with AsyncClient(
+                registry(), options=ClientOptions(server_address=srv.address)
+            ) as c:
+                await until(lambda: "ready" in log.read_text(), 30, "the Worker")
+                rig = Rig(srv, c, log)
+                await _finished_order(rig, "crash")
+        finally:
+            _kill(worker)
+        # no Worker: the fork's Prepare waits; the server dies with the fork committed
+        async with AsyncClient(registry(), options=ClientOptions(server_address=srv.address)) as c:
+            await c.time_travel("crash", TimeTravelOptions(TimeTravelType.BEGINNING))
+        srv.kill()
+        await srv.restart()
+        # and a fork whose first move is the recorded outcome, killed right after it
+        async with AsyncClient(registry(), options=ClientOptions(server_address=srv.address)) as c:
+            worker = _worker(srv, log)
+            try:
+                await until(lambda: count("ready") == 2, 30, "the Worker again")
+                await _closed(Rig(srv, c, log), "crash", (await c.describe_flow("crash")).run_id)
+                assert count("prepare") == 2 and count("charge") == 1
+                await c.time_travel(
+                    "crash",
+                    TimeTravelOptions(
+                        TimeTravelType.STEP_EXECUTION_ID,
+                        step_execution_id="Charge-1",
+                        step_method=TimeTravelStepMethod.EXECUTE,
+                    ),
+                )
+            finally:
+                _kill(worker)
+        srv.kill()
+        await srv.restart()
+        async with AsyncClient(registry(), options=ClientOptions(server_address=srv.address)) as c:
+            worker = _worker(srv, log)
+            try:
+                run_id = (await c.describe_flow("crash")).run_id
+                await _closed(Rig(srv, c, log), "crash", run_id)
+            finally:
+                _kill(worker)
+    assert count("charge") == 1  # never rerun, whatever the crash interrupted
+    assert count("prepare") == 2
