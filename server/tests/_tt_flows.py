@@ -16,9 +16,11 @@ import dex
 from dex import (
     AsyncContext,
     Attribute,
+    AttributeIndex,
     Channel,
     Context,
     Flow,
+    IndexType,
     PersistenceSchema,
     RetryPolicy,
     Step,
@@ -41,7 +43,7 @@ def log(event: str, context: Context) -> None:
 
 TRAIL = Attribute("trail", list[str])
 CHARGED = Attribute("charged", int)
-NOTE = Attribute("note", str)
+NOTE = Attribute("note", str, AttributeIndex(IndexType.KEYWORD, "TtNote"))
 INBOX = Channel("inbox", str)
 
 
@@ -116,7 +118,7 @@ class Order(Flow[int]):
         )
 
 
-TOTAL = Attribute("total", int)
+TOTAL = Attribute("total", int, AttributeIndex(IndexType.INT, "TtTotal"))
 TICKS = Channel("ticks", int)
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from dex import (
     FlowConfig,
     FlowStatus,
     StartFlowOptions,
+    StepDurability,
     TimeTravelOptions,
     TimeTravelStepMethod,
     TimeTravelType,
@@ -394,6 +395,97 @@ async def test_continue_as_new_by_threshold_keeps_history_bounded(rig: Rig) -> N
     # each tick's cycle ends parked, and the run rolls over then (after the commit)
     await until(three, 30, "three rollovers")
     assert await continued() <= 12
+
+
+async def _found(rig: Rig, query: str, *, include: bool = False) -> list[tuple[str, Any]]:
+    page = await rig.client.search_flows(query, 100, include_continued_as_new=include)
+    return [(f.run_id, dict(f.indexed_attributes)) for f in page.flows]
+
+
+async def test_a_fork_is_found_by_its_indexed_attributes_at_once(rig: Rig) -> None:
+    fid = "tt-search"
+    old = await _finished_order(rig, fid)
+    new = await rig.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+    # the fork's commit wrote the re-applied note's search row: no wait for a Step
+    found = await _found(rig, f"FlowId = '{fid}' AND TtNote = 'hello'")
+    assert [r for r, _ in found] == [new, old]
+    assert found[0][1] == {"TtNote": "hello"}
+    await _closed(rig, fid, new)
+    # without the re-applied writes the new run has no note, so only the old run matches
+    bare = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.BEGINNING, skip_writes_reapply=True)
+    )
+    found = await _found(rig, f"FlowId = '{fid}' AND TtNote = 'hello'")
+    assert bare not in [r for r, _ in found] and new in [r for r, _ in found]
+    await rig.client.stop_flow(fid)
+
+
+async def test_a_continued_run_is_found_and_the_old_one_only_when_asked(rig: Rig) -> None:
+    fid = "can-search"
+    old = await rig.client.start_flow(COUNTER, fid)
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 3)
+    await _total(rig, fid, 3)
+    await _waiting(rig, fid, "Tick-2")
+    await rig.client.trigger_continue_as_new(fid)
+
+    async def moved() -> bool:
+        return (await rig.client.describe_flow(fid)).run_id != old
+
+    await until(moved, 30, "the new run")
+    new = (await rig.client.describe_flow(fid)).run_id
+    query = f"FlowId = '{fid}' AND TtTotal = 3"
+    assert await _found(rig, query) == [(new, {"TtTotal": 3})]
+    assert [r for r, _ in await _found(rig, query, include=True)] == [new, old]
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 4)
+    await _total(rig, fid, 7)
+    assert [r for r, _ in await _found(rig, f"FlowId = '{fid}' AND TtTotal = 7")] == [new]
+    # a fork of the continued run is found by the state it forked from
+    forked = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.STEP_EXECUTION_ID, step_execution_id="Tick-2")
+    )
+    found = await _found(rig, f"FlowId = '{fid}' AND TtTotal = 3")
+    assert [r for r, _ in found] == [forked]
+    await rig.client.stop_flow(fid)
+
+
+async def test_config_and_timeout_deadline_go_on_in_the_new_runs(rig: Rig) -> None:
+    fid = "can-config"
+    config = FlowConfig(step_durability=StepDurability.ASYNC, continue_as_new_threshold=500)
+    opts = StartFlowOptions(config_override=config, timeout=timedelta(hours=2))
+    old = await rig.client.start_flow(COUNTER, fid, options=opts)
+    await _waiting(rig, fid, "Tick-1")
+    first = await rig.client.describe_flow(fid)
+    assert first.config == config and first.timeout_at is not None
+    await rig.client.trigger_continue_as_new(fid)
+
+    async def moved() -> bool:
+        return (await rig.client.describe_flow(fid)).run_id != old
+
+    await until(moved, 30, "the new run")
+    continued = await rig.client.describe_flow(fid)
+    assert continued.config == config
+    assert continued.timeout_at == first.timeout_at  # continuing does not extend the time
+    await _waiting(rig, fid, "sys:timeout_handler-1")
+    # update_flow_config changes the threshold the run rolls over at
+    await rig.client.update_flow_config(fid, FlowConfig(continue_as_new_threshold=2))
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 1)
+
+    async def rolled() -> bool:
+        return (await rig.client.describe_flow(fid)).run_id not in (old, continued.run_id)
+
+    await until(rolled, 30, "a rollover at the updated threshold")
+    updated = FlowConfig(step_durability=StepDurability.ASYNC, continue_as_new_threshold=2)
+    assert (await rig.client.describe_flow(fid)).config == updated
+    await rig.client.update_flow_config(fid, FlowConfig(continue_as_new_threshold=0))
+    forked_id = await rig.client.time_travel(fid, TimeTravelOptions(TimeTravelType.BEGINNING))
+    forked = await rig.client.describe_flow(fid)
+    assert forked.run_id == forked_id
+    assert forked.config == FlowConfig(
+        step_durability=StepDurability.ASYNC, continue_as_new_threshold=0
+    )
+    assert forked.timeout_at == first.timeout_at
+    await _waiting(rig, fid, "sys:timeout_handler-1")
+    await rig.client.stop_flow(fid)
 
 
 async def test_dexcli_flow_time_travel_and_continue_as_new(rig: Rig) -> None:

@@ -16,6 +16,7 @@ from tests.e2e_flows import (
     read_flows,
     reconnect_flows,
     rpc_flows,
+    search_flows,
     state_flows,
     step_flows,
     time_flows,
@@ -37,6 +38,7 @@ def all_flows() -> Registry:
             *read_flows.FLOWS,
             *defect_flows.FLOWS,
             *reconnect_flows.FLOWS,
+            *search_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -8,7 +8,9 @@ from typing import Any
 import msgspec
 from dex._protocol import (
     ApiError,
+    AttributeMatchResponse,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -18,6 +20,8 @@ from dex._protocol import (
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SearchFlowsResponse,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -31,6 +35,7 @@ from dex._protocol import (
 _TYPES: list[Any] = [
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -40,6 +45,7 @@ _TYPES: list[Any] = [
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -48,6 +54,8 @@ _TYPES: list[Any] = [
     StreamWriteRequest,
     TimeTravelRequest,
     TimeTravelResponse,
+    SearchFlowsResponse,
+    AttributeMatchResponse,
 ]
 
 _ID = {"type": "string", "minLength": 1}
@@ -93,7 +101,7 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
     ("get", "/v1/flows"): {
         "page_size": (_page_size(100), "Flows per page (above 1000: 1000)"),
         "page_token": (
-            {"type": "string", "pattern": f"^({_UUID7})?$"},
+            {"type": "string", "pattern": f"^({_UUID7}|[A-Za-z0-9_=-]+)?$"},
             "next_page_token of the previous page (empty: the first page)",
         ),
         "status": (
@@ -103,9 +111,23 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
         "flow_type": ({"type": "string"}, "only Flows of this type (empty: any)"),
         "query": (
             {"type": "string"},
-            "a search query over indexed Attributes; this server does not run search "
-            "and answers a non-empty query with 422 FEATURE_NOT_AVAILABLE",
+            "a search query over indexed Attributes and system fields (present, even"
+            " empty: the answer is a SearchFlowsResponse, page_size 1..1000, and"
+            " page_token is the search page's next_page_token)",
         ),
+        "include_continued_as_new": (
+            {"type": "string"},
+            "with query: also runs that continued as new (default false)",
+        ),
+    },
+    ("get", "/v1/flows/{flow_id}/attributes/match"): {
+        "name": ({"type": "string"}, "the Attribute (or map instance 'map/key') to watch"),
+        "op": (
+            {"type": "integer", "minimum": 1, "maximum": 6},
+            "1 EQUAL, 2 NOT_EQUAL, 3 GREATER, 4 GREATER_OR_EQUAL, 5 LESS, 6 LESS_OR_EQUAL",
+        ),
+        "operand": ({"type": "string"}, "the operand as JSON (default null)"),
+        "timeout_s": (_TIMEOUT, "how long to wait for a match, in seconds (0 to 60)"),
     },
     ("get", "/v1/flows/{flow_id}/result"): {
         "timeout_s": (_TIMEOUT, "how long to wait for the result, in seconds (0 to 60)"),
@@ -132,6 +154,9 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
         "before": (_TOKEN, "before_page_token of the previous page"),
         "page_size": (_page_size(100), "messages per page (above 1000: 1000)"),
     },
+    ("get", "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion"): {
+        "timeout_s": (_TIMEOUT, "how long to wait for the execution to end (0 to 60)"),
+    },
 }
 
 _PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
@@ -139,6 +164,11 @@ _PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
     "flow_type": (_ID, "Flow type"),
     "stream": (_ID, "Stream name"),
     "sha256": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the blob's sha256 (hex)"),
+    "step_type": (_ID, "Step type"),
+    "number": (
+        {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        "which execution of the Step type (from 1)",
+    ),
 }
 
 _EMPTY = {"type": "object", "properties": {}}
@@ -155,6 +185,13 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         "ReadAttributesRequest",
         "AttributeValuesWire",
         "Read committed Attribute values (no Worker needed)",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/attributes/match",
+        None,
+        "AttributeMatchResponse",
+        "Long-poll until a committed Attribute matches (408 LONG_POLL_TIMEOUT: call again)",
     ),
     ("get", "/v1/flows/{flow_id}/result", None, "FlowResultWire", "Long-poll the result"),
     ("post", "/v1/flows/{flow_id}/rpc", "InvokeRpcRequest", "InvokeRpcResponse", "Invoke an RPC"),
@@ -208,6 +245,27 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         None,
         None,
         "Follow a run's history as Server-Sent Events",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/config",
+        "FlowConfigWire",
+        "FlowInfoWire",
+        "Merge fields into a running Flow's FlowConfig",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion",
+        None,
+        "{}",
+        "Long-poll until one Step execution of the latest run has ended",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/skip-timer",
+        "SkipTimerRequest",
+        "{}",
+        "Fire one pending timer of a waiting Step execution now",
     ),
     ("get", "/v1/blobs/{sha256}", None, None, "Blob bytes (offloaded values)"),
     ("get", "/v1/health", None, "HealthResponse", "Health check (no auth)"),

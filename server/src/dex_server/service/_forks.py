@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from dex._protocol import (
+    TIMEOUT_HANDLER_STEP,
     CompletionWire,
     DecisionSpec,
     ErrorCode,
@@ -52,8 +53,8 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.service._flows import require_flow
-from dex_server.service._steps import AttemptRef, apply_step_result
+from dex_server.service._flows import arm_timeout, require_flow
+from dex_server.service._steps import AttemptRef, apply_step_result, raw_bytes, write_index
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
 OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
@@ -210,7 +211,8 @@ def time_travel(
         closing=plan.closing,
         forked_from=old.run_id,
         fork_outcomes={k: msgspec.Raw(v) for k, v in plan.recorded.items()},
-        continue_as_new_threshold=old.continue_as_new_threshold,
+        # the Flow's config goes on; its soft timeout keeps its deadline (armed below)
+        config=old.config,
     )
     if old.status == "running":
         close_flow(
@@ -238,8 +240,10 @@ def time_travel(
         _fork_payload(old, plan, req, unknown, target, reapplied),
         now,
     )
-    _write_state(tx, limits, flow, plan)
+    _write_state(tx, limits, idx, flow, plan)
     for x in plan.executions.values():
+        if x.step_type == TIMEOUT_HANDLER_STEP:
+            continue  # the soft timeout is armed anew below, at the old deadline
         e = new_exec(
             tx,
             limits,
@@ -262,6 +266,9 @@ def time_travel(
                 e.phase, e.condition_results = "execute", x.condition_results
             schedule(tx, flow, e, now, eff)
     _reapply(tx, limits, idx, flow, origin, plan, now, eff)
+    if old.timeout is not None and old.timeout_at is not None:
+        # the Flow's deadline does not move with a fork (a passed one fires at once)
+        arm_timeout(tx, flow, idx, old.timeout, now, eff, deadline=old.timeout_at)
     if flow.state_bytes > limits.max_flow_state_bytes:
         raise LimitError(
             "max_flow_state_bytes", flow.state_bytes, limits.max_flow_state_bytes, "forked state"
@@ -308,10 +315,13 @@ def _fork_payload(
     )
 
 
-def _write_state(tx: Tx, limits: Limits, flow: FlowRecord, plan: ForkPlan) -> None:
+def _write_state(tx: Tx, limits: Limits, idx: SpecIndex, flow: FlowRecord, plan: ForkPlan) -> None:
     for name, v in plan.attributes.items():
-        stored = store_value(tx, limits, flow.run_id, _resolve(tx, v))
+        value = _resolve(tx, v)
+        stored = store_value(tx, limits, flow.run_id, value)
         flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+        # the new run's search rows, in the commit that writes its Attributes
+        write_index(tx, idx.indexes, flow.run_id, name, raw_bytes(value))
     for channel, messages in plan.channels.items():
         for m in messages:
             tx.channels.publish(flow.run_id, channel, new_uuid7(), m)
@@ -341,8 +351,10 @@ def _reapply(
     """Apply the recorded effects of the RPCs after the cut, in their order."""
     for r in plan.reapplied:
         for name, v in r.attribute_writes.items():
-            stored = store_value(tx, limits, flow.run_id, _resolve(tx, v)) if v else None
+            value = _resolve(tx, v) if v else None
+            stored = store_value(tx, limits, flow.run_id, value) if value else None
             flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+            write_index(tx, idx.indexes, flow.run_id, name, raw_bytes(value))
         for channel, m in r.publishes:
             tx.channels.publish(flow.run_id, channel, new_uuid7(), m)
             flow.state_bytes += len(m)
@@ -515,8 +527,12 @@ def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: floa
         spec_version=flow.spec_version,
         fork_outcomes=dict(flow.fork_outcomes),
         forked_from=flow.forked_from,
-        continue_as_new_threshold=flow.continue_as_new_threshold,
         continued_from=flow.run_id,
+        # the config goes on; the soft timeout keeps its deadline: its waiting
+        # sys:timeout_handler-1 execution moves over with the other parked ones
+        config=flow.config,
+        timeout=flow.timeout,
+        timeout_at=flow.timeout_at,
     )
     # close the old run first: the store allows one running run per Flow ID
     for e in live:
@@ -548,6 +564,8 @@ def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: floa
         if v.blob is not None:
             tx.blobs.reference(new.run_id, v.blob)
         new.state_bytes += tx.state.write(new.run_id, name, v)
+    # the search rows go with the Attributes, in this commit: a search finds the new run
+    tx.search.put_many([(new.run_id, r.key, r.type, r.row) for r in tx.search.of_runs([run_id])])
     channels = [d.name for d in idx.spec.state if d.kind == "channel"]
     maps = [d.name for d in idx.spec.state if d.kind == "channel_map"]
     messages = tx.channels.pending(run_id, channels, maps)

@@ -9,6 +9,8 @@ from dex._protocol import (
     CompletionWire,
     ConditionResultsWire,
     ErrorInfo,
+    FlowConfigWire,
+    FlowTimeoutSpec,
     OptionalRaw,
     RecoveryErrorWire,
     StepOptionsSpec,
@@ -49,12 +51,16 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     # execution id (engine/forks.py); the preserved run this one was forked from
     fork_outcomes: dict[str, msgspec.Raw] = {}
     forked_from: str | None = None
-    # continue-as-new: roll over once this many events are recorded (0: never), or at the
-    # next quiescent commit once requested; the run this one handed over to / came from
-    continue_as_new_threshold: int = 0
+    # continue-as-new: roll over once more events are recorded than the FlowConfig's
+    # continue_as_new_threshold (unset or 0: never), or at the next quiescent commit once
+    # requested; the run this one handed over to / came from
     continue_pending: bool = False
     continued_to: str | None = None
     continued_from: str | None = None
+    config: FlowConfigWire | None = None
+    # the soft timeout the run started with (``policy`` resolved) and its absolute deadline
+    timeout: FlowTimeoutSpec | None = None
+    timeout_at: float | None = None
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):
