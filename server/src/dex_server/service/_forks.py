@@ -54,7 +54,7 @@ from dex_server.service._flowops import (
     schedule,
 )
 from dex_server.service._flows import arm_timeout, require_flow
-from dex_server.service._steps import AttemptRef, apply_step_result, raw_bytes, write_index
+from dex_server.service._steps import AttemptRef, apply_step_result, write_index
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
 OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
@@ -321,7 +321,7 @@ def _write_state(tx: Tx, limits: Limits, idx: SpecIndex, flow: FlowRecord, plan:
         stored = store_value(tx, limits, flow.run_id, value)
         flow.state_bytes += tx.state.write(flow.run_id, name, stored)
         # the new run's search rows, in the commit that writes its Attributes
-        write_index(tx, idx.indexes, flow.run_id, name, raw_bytes(value))
+        write_index(tx, idx.indexes, flow.run_id, name, value)
     for channel, messages in plan.channels.items():
         for m in messages:
             tx.channels.publish(flow.run_id, channel, new_uuid7(), m)
@@ -354,7 +354,7 @@ def _reapply(
             value = _resolve(tx, v) if v else None
             stored = store_value(tx, limits, flow.run_id, value) if value else None
             flow.state_bytes += tx.state.write(flow.run_id, name, stored)
-            write_index(tx, idx.indexes, flow.run_id, name, raw_bytes(value))
+            write_index(tx, idx.indexes, flow.run_id, name, value)
         for channel, m in r.publishes:
             tx.channels.publish(flow.run_id, channel, new_uuid7(), m)
             flow.state_bytes += len(m)
