@@ -364,17 +364,36 @@ async def test_start_options_this_release_runs_are_sent() -> None:
     await client.close()
 
 
-async def test_client_calls_of_features_not_run_yet_fail_before_any_request() -> None:
+async def test_time_travel_and_continue_as_new_send_their_requests() -> None:
     client, requests = _recording_client()
-    calls = [
-        client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
-        client.trigger_continue_as_new("f"),
-    ]
-    for call in calls:
-        with pytest.raises(FeatureNotAvailableError):
-            await call
-    assert requests == []
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    options = TimeTravelOptions(
+        TimeTravelType.HISTORY_EVENT_TIME,
+        history_event_time=at,
+        reason="fix",
+        skip_writes_reapply=True,
+        rerun_single_attempt=True,
+    )
+    with pytest.raises(Exception):  # noqa: B017 - the recorder answers {} (no run_id)
+        await client.time_travel("f/1", options)
+    await client.trigger_continue_as_new("f/1")
+    travel, cont = requests
+    assert travel.url.raw_path == b"/v1/flows/f%2F1/time-travel"
+    assert json.loads(travel.content) == {
+        "type": "history_event_time",
+        "history_event_time": at.timestamp(),
+        "reason": "fix",
+        "skip_writes_reapply": True,
+        "rerun_single_attempt": True,
+    }
+    assert (cont.method, cont.url.raw_path) == ("POST", b"/v1/flows/f%2F1/continue-as-new")
     await client.close()
+
+
+def test_rerun_single_attempt_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        TimeTravelOptions(TimeTravelType.BEGINNING, None, None, None, None, None, False, True)  # type: ignore[call-arg]
+    assert TimeTravelOptions(TimeTravelType.BEGINNING).rerun_single_attempt is False
 
 
 def test_search_flows_sends_its_query_and_a_refusal_raises() -> None:

@@ -522,7 +522,7 @@ class FlowInfoWire(Struct, kw_only=True, omit_defaults=True):
     flow_id: str
     run_id: str
     flow_type: str
-    status: Literal["running", "completed", "failed", "canceled", "terminated"]
+    status: Literal["running", "completed", "failed", "canceled", "terminated", "continued_as_new"]
     started_at: float
     closed_at: float | None = None
     config: FlowConfigWire | None = None
@@ -537,7 +537,7 @@ class CompletionWire(Struct, kw_only=True, omit_defaults=True):
 
 
 class FlowResultWire(Struct, kw_only=True, omit_defaults=True):
-    status: Literal["running", "completed", "failed", "canceled", "terminated"]
+    status: Literal["running", "completed", "failed", "canceled", "terminated", "continued_as_new"]
     error_type: str | None = None
     error_message: str | None = None
     completions: list[CompletionWire] = []
@@ -764,3 +764,23 @@ HTTP_STATUS: dict[str, int] = {
 worker_frame_decoder: msgspec.json.Decoder[WorkerFrame] = msgspec.json.Decoder(WorkerFrame)
 server_frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 encoder = msgspec.json.Encoder()
+
+
+# --------------------------------------------------------------------------- time travel
+
+
+class TimeTravelRequest(Struct, kw_only=True, omit_defaults=True):
+    """Fork a Flow's latest run into a new run (``POST /v1/flows/{flow_id}/time-travel``)."""
+
+    type: Literal["beginning", "history_event_time", "step_type", "step_execution_id"]
+    history_event_time: float | None = None  # seconds since the epoch
+    step_type: str | None = None
+    step_execution_id: str | None = None
+    step_method: Literal["wait_for", "execute"] | None = None
+    reason: str | None = None
+    skip_writes_reapply: bool = False
+    rerun_single_attempt: bool = False
+
+
+class TimeTravelResponse(Struct, kw_only=True):
+    run_id: str

@@ -52,6 +52,8 @@ from dex._protocol import (
     StreamListResponse,
     StreamReadResponse,
     StreamWriteRequest,
+    TimeTravelRequest,
+    TimeTravelResponse,
 )
 from dex._step_execution import StepExecutionId, TimerId
 from dex._transport import HttpTransport
@@ -546,8 +548,7 @@ class AsyncClient:
         return await self._http.call("GET", "/v1/health", HealthResponse)
 
     # ------------------------------------------------------------------ the rest of the model
-    # search_flows, time_travel, wait_for_attribute_match and trigger_continue_as_new are
-    # named but not run: each raises FeatureNotAvailableError.
+    # search, time travel, Step waits, timers, FlowConfig updates and continue-as-new.
 
     async def search_flows(
         self,
@@ -584,13 +585,40 @@ class AsyncClient:
         )
 
     async def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
-        """Fork a Flow's history into a new run and return its run ID (not run yet).
+        """Fork the Flow's latest run at a point of its history; return the new run ID.
+
+        Use it to run a Flow again from a Step (after fixing its code, say) without losing
+        the old run: that run stays readable by its run ID, and a running one is
+        terminated. The new run starts from the state as of the fork point; the effects
+        of later RPCs are applied on top unless ``options.skip_writes_reapply``.
+        Single-attempt Steps that committed after the fork point are not run again unless
+        ``options.rerun_single_attempt`` (docs/engine.md, "Time travel").
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotFoundError: no Flow has this ID.
+            BadRequestError: the fork point is missing a field, or names nothing in the
+                history (nothing changes).
 
         """
-        feature_not_available("time travel (time_travel)")
+        when = options.history_event_time
+        request = TimeTravelRequest(
+            type=options.type.value,
+            history_event_time=when.timestamp() if when is not None else None,
+            step_type=options.step_type,
+            step_execution_id=options.step_execution_id,
+            step_method=options.step_method.value if options.step_method else None,
+            reason=options.reason,
+            skip_writes_reapply=options.skip_writes_reapply,
+            rerun_single_attempt=options.rerun_single_attempt,
+        )
+        response = await self._http.call(
+            "POST",
+            f"/v1/flows/{_Q(flow_id)}/time-travel",
+            TimeTravelResponse,
+            body=request,
+            flow_id=flow_id,
+        )
+        return response.run_id
 
     async def skip_timer(
         self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
@@ -726,13 +754,21 @@ class AsyncClient:
         )
 
     async def trigger_continue_as_new(self, flow_id: str) -> None:
-        """Make a running Flow continue as a new run (not run yet).
+        """Make a running Flow continue as a new run with the same Flow ID.
+
+        Returns once the request is recorded. The handover happens at the Flow's next
+        commit after which every live Step execution is parked in its Wait (at once if
+        that is now): the new run gets the Attributes, pending Channel messages and the
+        parked executions; the old run's status becomes ``CONTINUED_AS_NEW``.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotFoundError: no Flow has this ID.
+            FlowNotActiveOrNotFoundError: its latest run is closed.
 
         """
-        feature_not_available("continue-as-new (trigger_continue_as_new)")
+        await self._http.raw(
+            "POST", f"/v1/flows/{_Q(flow_id)}/continue-as-new", body=None, flow_id=flow_id
+        )
 
 
 def _step_path(flow_id: str, execution: StepExecutionId) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -376,7 +376,7 @@ class StopFlowOptions:
 
 @dataclass(frozen=True)
 class TimeTravelOptions:
-    """Where ``time_travel`` forks a Flow (not run by this release).
+    """Where ``time_travel`` forks a Flow, and what the new run keeps of the old one.
 
     Attributes:
         type: the kind of fork point.
@@ -385,7 +385,13 @@ class TimeTravelOptions:
         step_execution_id: for ``STEP_EXECUTION_ID``: fork at this execution.
         step_method: which method of that Step runs again.
         reason: free text recorded with the fork.
-        skip_writes_reapply: do not re-apply the writes made after the fork point.
+        skip_writes_reapply: do not re-apply the effects (Attribute writes, Channel
+            publishes, scheduled Steps) of the RPCs recorded after the fork point.
+        rerun_single_attempt: keyword-only extension. By default a single-attempt Step
+            (``execute_retry`` with ``maximum_attempts=1``) that committed after the fork
+            point is not run again: the new run takes its recorded outcome, and one that
+            durably started without an outcome fails with ``OUTCOME_UNKNOWN``. ``True``
+            runs them again. The ``TimeTravelFork`` history event says which was chosen.
 
     """
 
@@ -396,3 +402,4 @@ class TimeTravelOptions:
     step_method: TimeTravelStepMethod | None = None
     reason: str | None = None
     skip_writes_reapply: bool = False
+    rerun_single_attempt: bool = field(default=False, kw_only=True)

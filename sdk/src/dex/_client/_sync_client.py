@@ -250,7 +250,7 @@ class Client:
         )
 
     def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
-        """Fork a Flow's history (not run yet); see ``AsyncClient.time_travel``."""
+        """Fork a Flow's history into a new run; see ``AsyncClient.time_travel``."""
         return self._call(self._async.time_travel(flow_id, options))
 
     def skip_timer(
@@ -279,5 +279,5 @@ class Client:
         self._call(self._async.update_flow_config(flow_id, config))
 
     def trigger_continue_as_new(self, flow_id: str) -> None:
-        """Continue as new (not run yet); see ``AsyncClient.trigger_continue_as_new``."""
+        """Continue as a new run; see ``AsyncClient.trigger_continue_as_new``."""
         self._call(self._async.trigger_continue_as_new(flow_id))

@@ -28,6 +28,8 @@ from dex._protocol import (
     StreamListResponse,
     StreamReadResponse,
     StreamWriteRequest,
+    TimeTravelRequest,
+    TimeTravelResponse,
 )
 
 _TYPES: list[Any] = [
@@ -50,6 +52,8 @@ _TYPES: list[Any] = [
     StreamListResponse,
     StreamReadResponse,
     StreamWriteRequest,
+    TimeTravelRequest,
+    TimeTravelResponse,
     SearchFlowsResponse,
     AttributeMatchResponse,
 ]
@@ -65,7 +69,7 @@ def _page_size(default: int) -> dict[str, Any]:
     return {"type": "integer", "minimum": 1, "default": default}
 
 
-_FLOW_STATUSES = ["running", "completed", "failed", "canceled", "terminated"]
+_FLOW_STATUSES = ["running", "completed", "failed", "canceled", "terminated", "continued_as_new"]
 _UUID7 = "[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}"
 
 _AFTER = (
@@ -193,6 +197,20 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
     ("post", "/v1/flows/{flow_id}/rpc", "InvokeRpcRequest", "InvokeRpcResponse", "Invoke an RPC"),
     ("post", "/v1/flows/{flow_id}/stop", "StopFlowRequest", "{}", "Stop a running Flow"),
     ("get", "/v1/flows/{flow_id}/history", None, "HistoryPage", "Page through history"),
+    (
+        "post",
+        "/v1/flows/{flow_id}/time-travel",
+        "TimeTravelRequest",
+        "TimeTravelResponse",
+        "Fork the latest run into a new run from a point in its history",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/continue-as-new",
+        None,
+        "{}",
+        "Continue a running Flow as a new run at its next quiescent commit",
+    ),
     (
         "post",
         "/v1/streams/{flow_type}/{stream}/{flow_id}",

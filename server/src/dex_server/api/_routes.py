@@ -24,6 +24,8 @@ from dex._protocol import (
     StreamListResponse,
     StreamReadResponse,
     StreamWriteRequest,
+    TimeTravelRequest,
+    TimeTravelResponse,
     encoder,
 )
 from starlette.exceptions import HTTPException
@@ -293,6 +295,7 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
         R("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
         R("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
+        *_run_routes(runtime),
         *_stream_routes(runtime),
         *_sse_routes(runtime),
         *_step_routes(runtime),
@@ -313,6 +316,27 @@ def _attributes_route(runtime: Runtime) -> BaseRoute:
         )
 
     return RawPathRoute("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
+
+
+def _run_routes(runtime: Runtime) -> list[BaseRoute]:
+    """Routes that make a new run of a Flow ID: time travel and continue-as-new."""
+    limit = runtime.config.max_request_bytes
+
+    async def time_travel(request: Request) -> Response:
+        fid = _flow_id(request)
+        req = await _body(request, TimeTravelRequest, limit)
+        return _json(TimeTravelResponse(run_id=await runtime.time_travel(fid, req)))
+
+    async def continue_as_new(request: Request) -> Response:
+        await runtime.trigger_continue_as_new(_flow_id(request))
+        return _json({})
+
+    return [
+        RawPathRoute("/v1/flows/{flow_id}/time-travel", _guard(time_travel), methods=["POST"]),
+        RawPathRoute(
+            "/v1/flows/{flow_id}/continue-as-new", _guard(continue_as_new), methods=["POST"]
+        ),
+    ]
 
 
 def _step_routes(runtime: Runtime) -> list[BaseRoute]:

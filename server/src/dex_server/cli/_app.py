@@ -360,6 +360,72 @@ def flow_stop(
     _run(_flows.flow_stop(st.conn, st.out, flow_id, stop_type=stop_type, reason=reason))
 
 
+@flow_app.command("time-travel")
+def flow_time_travel(
+    ctx: typer.Context,
+    flow_id: Annotated[str, typer.Argument()],
+    travel_type: Annotated[
+        str,
+        typer.Option(
+            "--type",
+            help="beginning, history_event_time, step_type or step_execution_id.",
+        ),
+    ],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="The RFC 3339 time, Step type or Step execution ID the --type names.",
+        ),
+    ] = None,
+    step_method: Annotated[
+        str | None, typer.Option("--step-method", help="wait_for or execute.")
+    ] = None,
+    reason: Annotated[str | None, typer.Option("--reason")] = None,
+    skip_writes_reapply: Annotated[
+        bool, typer.Option("--skip-writes-reapply", help="Drop later RPC effects.")
+    ] = False,
+    rerun_single_attempt: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-single-attempt",
+            help="Run committed single-attempt Steps again instead of taking their outcome.",
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the time travel.")] = False,
+) -> None:
+    """Fork a Flow's latest run into a new run from a point of its history (needs --yes)."""
+    from dex_server.cli import _flows
+
+    options = _flows.time_travel_options(
+        travel_type,
+        target,
+        step_method,
+        reason=reason,
+        skip_writes_reapply=skip_writes_reapply,
+        rerun_single_attempt=rerun_single_attempt,
+    )
+    if not yes:
+        raise usage_error(f"refusing to time-travel {flow_id} without --yes")
+    st = _state(ctx)
+    _run(_flows.flow_time_travel(st.conn, st.out, flow_id, options))
+
+
+@flow_app.command("continue-as-new")
+def flow_continue_as_new(
+    ctx: typer.Context,
+    flow_id: Annotated[str, typer.Argument()],
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm.")] = False,
+) -> None:
+    """Make a running Flow continue as a new run (needs --yes)."""
+    if not yes:
+        raise usage_error(f"refusing to continue {flow_id} as new without --yes")
+    st = _state(ctx)
+    from dex_server.cli import _flows
+
+    _run(_flows.flow_continue_as_new(st.conn, st.out, flow_id))
+
+
 # --------------------------------------------------------------------------- session
 
 _RpcTimeout = Annotated[

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import dex
@@ -371,6 +372,80 @@ async def flow_stop(
         out.emit_json({"flowId": flow_id, "stopped": True, "type": stop_type})
     else:
         out.line(f"stop requested for {flow_id} ({stop_type})")
+
+
+TIME_TRAVEL_TYPES = tuple(t.value for t in dex.TimeTravelType)
+STEP_METHODS = tuple(m.value for m in dex.TimeTravelStepMethod)
+
+
+def time_travel_options(
+    travel_type: str,
+    target: str | None,
+    step_method: str | None,
+    *,
+    reason: str | None,
+    skip_writes_reapply: bool,
+    rerun_single_attempt: bool,
+) -> dex.TimeTravelOptions:
+    """The options ``flow time-travel`` asks for; ``target`` means what ``--type`` says."""
+    if travel_type not in TIME_TRAVEL_TYPES:
+        raise usage_error(
+            f"--type: expected one of {', '.join(TIME_TRAVEL_TYPES)}, got {travel_type!r}"
+        )
+    if step_method is not None and step_method not in STEP_METHODS:
+        raise usage_error(
+            f"--step-method: expected one of {', '.join(STEP_METHODS)}, got {step_method!r}"
+        )
+    kind = dex.TimeTravelType(travel_type)
+    if kind is not dex.TimeTravelType.BEGINNING and not target:
+        raise usage_error(f"--type {travel_type} needs --target")
+    when = None
+    if kind is dex.TimeTravelType.HISTORY_EVENT_TIME:
+        assert target is not None
+        try:
+            when = datetime.fromisoformat(target.replace("Z", "+00:00"))
+        except ValueError:
+            raise usage_error(f"--target: expected an RFC 3339 time, got {target!r}") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+    return dex.TimeTravelOptions(
+        kind,
+        history_event_time=when,
+        step_type=target if kind is dex.TimeTravelType.STEP_TYPE else None,
+        step_execution_id=target if kind is dex.TimeTravelType.STEP_EXECUTION_ID else None,
+        step_method=dex.TimeTravelStepMethod(step_method) if step_method else None,
+        reason=reason,
+        skip_writes_reapply=skip_writes_reapply,
+        rerun_single_attempt=rerun_single_attempt,
+    )
+
+
+async def flow_time_travel(
+    conn: Connection, out: Printer, flow_id: str, options: dex.TimeTravelOptions
+) -> None:
+    async with connect(conn) as client:
+        try:
+            run_id = await client.time_travel(flow_id, options)
+        except dex.FlowNotFoundError:
+            raise not_found(f"no Flow with ID {flow_id!r}", code="FLOW_NOT_FOUND") from None
+    if out.json:
+        out.emit_json({"flowId": flow_id, "runId": run_id})
+    else:
+        out.line(f"time travel of {flow_id}: new run {run_id}")
+
+
+async def flow_continue_as_new(conn: Connection, out: Printer, flow_id: str) -> None:
+    async with connect(conn) as client:
+        try:
+            await client.trigger_continue_as_new(flow_id)
+        except dex.FlowNotFoundError:
+            raise not_found(f"no Flow with ID {flow_id!r}", code="FLOW_NOT_FOUND") from None
+        except dex.FlowNotActiveOrNotFoundError:
+            raise await not_active(client, flow_id, "continue-as-new") from None
+    if out.json:
+        out.emit_json({"flowId": flow_id, "continueAsNew": "requested"})
+    else:
+        out.line(f"continue-as-new requested for {flow_id}")
 
 
 async def not_active(client: dex.AsyncClient, flow_id: str, what: str = "stop") -> CliError:

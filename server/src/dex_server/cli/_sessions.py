@@ -64,7 +64,7 @@ LIVE_STATUSES = (
     "running-tools",
     "awaiting-approval",
 )
-CLOSED_STATUSES = ("completed", "failed", "canceled", "terminated")
+CLOSED_STATUSES = ("completed", "failed", "canceled", "terminated", "continued_as_new")
 # Filter words that stand for several statuses.
 STATUS_GROUPS: dict[str, tuple[str, ...]] = {
     "active": LIVE_STATUSES,

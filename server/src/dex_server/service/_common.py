@@ -220,6 +220,10 @@ class Effects:
     versions: dict[str, int] = field(default_factory=dict)
     specs: list[SpecIndex] = field(default_factory=list)
     """Spec versions the job stored, to install once it committed (never before)."""
+    recorded: list[tuple[str, str]] = field(default_factory=list)
+    """Executions that take a recorded outcome of a preserved run (time travel)."""
+    continue_as_new: list[str] = field(default_factory=list)
+    """Runs that may continue as new now (each checked again in its own job)."""
 
     def merge(self, other: Effects) -> None:
         self.ready += other.ready
@@ -228,6 +232,8 @@ class Effects:
         self.timers += other.timers
         self.versions.update(other.versions)
         self.specs += other.specs
+        self.recorded += other.recorded
+        self.continue_as_new += other.continue_as_new
 
 
 def store_value(tx: Tx, limits: Limits, run_id: str, raw: bytes) -> StoredValue:

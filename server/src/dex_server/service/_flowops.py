@@ -53,6 +53,10 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
     tx.executions.put(e)
     if e.phase == "waiting":
         return
+    if e.phase == "execute" and e.execution_id in flow.fork_outcomes:
+        # a single-attempt execute the preserved run committed: never dispatched again
+        eff.recorded.append((flow.run_id, e.execution_id))
+        return
     if e.not_before > now:
         tx.timers.add(flow.run_id, e.execution_id, e.not_before)
         eff.timers.append((e.not_before, flow.run_id, e.execution_id))
@@ -248,6 +252,15 @@ def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Ef
 def finish(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
     """Bump the run's version, persist it and snapshot tasks made ready."""
     flow.version += 1
+    # continue-as-new once asked, or once the run recorded more events than its
+    # FlowConfig's threshold (its first event included, so a new run never rolls over
+    # before doing anything); update_flow_config may change the threshold at any time
+    threshold = (flow.config.continue_as_new_threshold if flow.config else None) or 0
+    if flow.status == "running" and (
+        flow.continue_pending or 0 < threshold < flow.next_event_id - 1
+    ):
+        flow.continue_pending = True
+        eff.continue_as_new.append(flow.run_id)
     tx.flows.update(flow)
     eff.versions[flow.run_id] = flow.version
     if flow.status == "running":

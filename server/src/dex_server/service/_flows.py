@@ -213,7 +213,7 @@ def start_flow(
             e.not_before = now + req.start_delay_s
         schedule(tx, flow, e, now, eff)
     if req.timeout is not None:
-        _arm_timeout(tx, flow, idx, req.timeout, now, eff)
+        arm_timeout(tx, flow, idx, req.timeout, now, eff)
     finish(tx, flow, eff)
     return flow.run_id, eff
 
@@ -245,12 +245,23 @@ def _check_timeout(idx: SpecIndex, req: StartFlowRequest, timeout: FlowTimeoutSp
         )
 
 
-def _arm_timeout(
-    tx: Tx, flow: FlowRecord, idx: SpecIndex, spec: FlowTimeoutSpec, now: float, eff: Effects
+def arm_timeout(
+    tx: Tx,
+    flow: FlowRecord,
+    idx: SpecIndex,
+    spec: FlowTimeoutSpec,
+    now: float,
+    eff: Effects,
+    *,
+    deadline: float | None = None,
 ) -> None:
-    """Create the run's ``sys:timeout_handler-1`` execution, waiting on the deadline timer."""
+    """Create the run's ``sys:timeout_handler-1`` execution, waiting on the deadline timer.
+
+    The deadline is ``now + spec.timeout_s`` unless given (a fork keeps the old run's).
+    """
     policy = resolve_policy(spec.policy, has_handler=idx.spec.has_timeout_handler)
-    deadline = now + spec.timeout_s
+    if deadline is None:
+        deadline = now + spec.timeout_s
     flow.timeout = FlowTimeoutSpec(timeout_s=spec.timeout_s, policy=policy, handler=spec.handler)
     flow.timeout_at = deadline
     flow.counters = {**flow.counters, TIMEOUT_HANDLER_STEP: 1}
@@ -576,6 +587,13 @@ def has_effects(r: TaskResult) -> bool:
     )
 
 
+def _continued(tx: Tx, flow: FlowRecord | None, *, pinned: bool) -> FlowRecord | None:
+    """The run ``flow`` went on in by continue-as-new (itself if it did not, or ``pinned``)."""
+    while flow is not None and flow.continued_to and not pinned:
+        flow = tx.flows.get(flow.continued_to)
+    return flow
+
+
 def rpc_commit(
     tx: Tx,
     limits: Limits,
@@ -599,7 +617,8 @@ def rpc_commit(
 
     """
     eff = Effects()
-    flow = tx.flows.get(run_id)
+    flow = _continued(tx, tx.flows.get(run_id), pinned=bool(req.run_id))
+    run_id = flow.run_id if flow is not None else run_id
     if req.request_id and flow is not None:
         found = tx.rpc_requests.get(run_id, req.request_id)
         if found is not None:

@@ -21,6 +21,7 @@ from dex._protocol import (
     StopFlowRequest,
     Task,
     TaskResult,
+    TimeTravelRequest,
 )
 
 from dex_server.dispatch import (
@@ -35,7 +36,7 @@ from dex_server.dispatch import (
 )
 from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
-from dex_server.service import _control, _flows, _locks, _steps
+from dex_server.service import _control, _flows, _forks, _locks, _steps
 from dex_server.service._changes import Changes
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
@@ -220,6 +221,7 @@ class Runtime:
                     claim_epoch=r.record.claim_epoch if r.record is not None else None,
                 )
             )
+        self._apply_forks(eff)
         if eff.timers:
             horizon = time.time() + _TIMER_HORIZON_S
             for t in eff.timers:
@@ -550,6 +552,28 @@ class Runtime:
         )
         self.apply(eff)
         return run_id
+
+    def _apply_forks(self, eff: Effects) -> None:
+        """Jobs that follow a commit: recorded outcomes to take, runs to continue as new."""
+        for run_id, eid in eff.recorded:
+            self._spawn(self._then_apply(_forks.apply_recorded, run_id, eid))
+        for run_id in dict.fromkeys(eff.continue_as_new):
+            self._spawn(self._then_apply(_forks.continue_as_new, run_id))
+
+    async def _then_apply(self, job: Callable[..., Effects], *args: str) -> None:
+        limits, specs = self.limits, self.specs
+        self.apply(await self.store.run(lambda tx: job(tx, limits, specs, *args, time.time())))
+
+    async def time_travel(self, flow_id: str, req: TimeTravelRequest) -> str:
+        """Fork the Flow's latest run into a new one; the new run ID."""
+        run_id, eff = await self.store.run(
+            lambda tx: _forks.time_travel(tx, self.limits, self.specs, flow_id, req, time.time())
+        )
+        self.apply(eff)
+        return run_id
+
+    async def trigger_continue_as_new(self, flow_id: str) -> None:
+        self.apply(await self.store.run(lambda tx: _forks.trigger_continue_as_new(tx, flow_id)))
 
     async def stop_flow(self, flow_id: str, req: StopFlowRequest) -> None:
         eff = await self.store.run(

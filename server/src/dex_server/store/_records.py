@@ -18,7 +18,7 @@ from dex._protocol import (
 )
 from msgspec import Struct
 
-FlowStatus = Literal["running", "completed", "failed", "canceled", "terminated"]
+FlowStatus = Literal["running", "completed", "failed", "canceled", "terminated", "continued_as_new"]
 Phase = Literal["wait_for", "waiting", "execute"]
 
 
@@ -47,6 +47,16 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     commit_hold: str | None = None
     # the version of the Flow type's spec the run started with ("" before versions existed)
     spec_version: str = ""
+    # time travel: recorded single-attempt outcomes this run takes instead of a rerun, by
+    # execution id (engine/forks.py); the preserved run this one was forked from
+    fork_outcomes: dict[str, msgspec.Raw] = {}
+    forked_from: str | None = None
+    # continue-as-new: roll over once more events are recorded than the FlowConfig's
+    # continue_as_new_threshold (unset or 0: never), or at the next quiescent commit once
+    # requested; the run this one handed over to / came from
+    continue_pending: bool = False
+    continued_to: str | None = None
+    continued_from: str | None = None
     config: FlowConfigWire | None = None
     # the soft timeout the run started with (``policy`` resolved) and its absolute deadline
     timeout: FlowTimeoutSpec | None = None

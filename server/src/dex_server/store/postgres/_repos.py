@@ -114,6 +114,9 @@ class PgFlows(_Repo):
         if status:
             sql += " AND status=%s"
             args.append(status)
+        else:
+            # a run that continued as new is listed only when asked for by status
+            sql += " AND status<>'continued_as_new'"
         if before_run_id:
             sql += " AND run_id<%s"
             args.append(before_run_id)

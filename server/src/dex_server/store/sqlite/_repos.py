@@ -95,6 +95,9 @@ class SqliteFlows:
         if status:
             sql += " AND status=?"
             args.append(status)
+        else:
+            # a run that continued as new is listed only when asked for by status
+            sql += " AND status<>'continued_as_new'"
         if before_run_id:
             sql += " AND run_id<?"
             args.append(before_run_id)
