@@ -45,7 +45,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 
 from dex_agents_pydantic_ai import PydanticAIRunner
 
@@ -88,7 +88,9 @@ def part_view(part: Any) -> list[str]:
     if isinstance(part, SystemPromptPart | UserPromptPart | TextPart):
         return [part.part_kind, str(part.content)]
     if isinstance(part, ToolCallPart):
-        return [part.part_kind, part.tool_name, part.args_as_json_str(), part.tool_call_id]
+        # Key order aside: the store may hand dict arguments back with sorted keys.
+        args = json.dumps(part.args_as_dict(), sort_keys=True)
+        return [part.part_kind, part.tool_name, args, part.tool_call_id]
     if isinstance(part, ToolReturnPart):
         return [part.part_kind, part.tool_name, part.model_response_str(), part.tool_call_id]
     if isinstance(part, RetryPromptPart):
@@ -306,7 +308,9 @@ async def control_run(
     for prompt in prompts:
         result = await agent.run(prompt, message_history=history, deps=desk.deps())
         while isinstance(result.output, DeferredToolRequests):
-            approvals = {call.tool_call_id: True for call in result.output.approvals}
+            approvals: dict[str, bool | ToolApproved | ToolDenied] = {
+                call.tool_call_id: True for call in result.output.approvals
+            }
             result = await agent.run(
                 message_history=result.all_messages(),
                 deferred_tool_results=DeferredToolResults(approvals=approvals),
