@@ -6,8 +6,8 @@
 ``FunctionModel`` without ``stream_function``.
 
 ``validated``: ``output_type=Resolution`` with an output validator (no
-``DeferredToolRequests`` of its own), a non-idempotent ``add_note`` and a streaming
-``FunctionModel``.
+``DeferredToolRequests`` of its own), a non-idempotent ``add_note``, a tool call again in
+turn 2, and a streaming ``FunctionModel``.
 
 The same ``ShapeDesk`` runs under Dex (a Worker child: ``flow_from_env``) and plainly in
 the test process (``control_run``), so a test compares what the model saw and answered.
@@ -182,6 +182,11 @@ class ShapeDesk:
             refunded = any(part.tool_name == "issue_refund" for part in returns)
             args = {"answer": f"Done: {done}", "refunded": refunded}
             return ModelResponse(parts=[ToolCallPart(output_tool, args, f"t1-out-{call}")])
+        if self.shape == VALIDATED and call == 0:
+            # Turn 2 of this shape calls a tool again after turn 1's trailing output return.
+            return ModelResponse(
+                parts=[ToolCallPart("lookup_order", {"order_id": 1042}, "t2-lookup")]
+            )
         system = [
             part.content
             for message in messages
