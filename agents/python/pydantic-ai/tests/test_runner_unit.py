@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from dex_agents import (
     AgentEvent,
@@ -197,3 +199,31 @@ def test_an_approval_required_toolset_is_refused_at_registration() -> None:
     toolset = FunctionToolset([wipe]).approval_required(lambda ctx, tool_def, args: True)
     with pytest.raises(ValueError, match=r"requires_approval=True.*ToolPolicy"):
         PydanticAIRunner(Agent(FakeModel("unused"), toolsets=[toolset]))
+
+
+async def test_a_run_state_of_the_first_format_still_resumes() -> None:
+    runner = make_runner([FakeToolCall(tool_name="count", arguments={"n": 2})])
+    requested = await runner.run_model_step(make_turn(runner))
+    assert isinstance(requested, ToolCallsRequested)
+    call = requested.tool_calls[0]
+    record = AgentToolCall(
+        tool_call_id=call.tool_call_id,
+        turn_id="turn-1",
+        tool_name=call.tool_name,
+        arguments=call.arguments,
+        effect=ToolEffect.UNCLASSIFIED,
+        requires_approval=True,
+        deferral_order=0,
+        status=ToolCallStatus.SUCCEEDED,
+        idempotency_key="f/turn-1/" + call.tool_call_id,
+        output="2",
+    )
+    # Format 1 held the turn's messages after its request, not the request itself.
+    state = json.loads(requested.framework_run_state)
+    older = json.dumps({**state, "format": "dex-pydantic-ai/1", "messages": state["messages"][1:]})
+    records = {call.tool_call_id: record}
+    current = await runner.run_model_step(make_turn(runner, requested.framework_run_state, records))
+    resumed = await runner.run_model_step(make_turn(runner, older, records))
+    assert isinstance(current, TurnCompleted) and isinstance(resumed, TurnCompleted)
+    assert [m.text for m in resumed.new_messages] == [m.text for m in current.new_messages]
+    assert resumed.new_messages[-1].text == "seen: count[success]"
