@@ -9,6 +9,9 @@
 ``DeferredToolRequests`` of its own), a non-idempotent ``add_note``, a tool call again in
 turn 2, and a streaming ``FunctionModel``.
 
+``conditional``: a ``write_file`` tool that raises ``ApprovalRequired`` for ``.env``
+only (Pydantic AI's documented conditional approval), classified ``idempotent_write``.
+
 The same ``ShapeDesk`` runs under Dex (a Worker child: ``flow_from_env``) and plainly in
 the test process (``control_run``), so a test compares what the model saw and answered.
 The model function is stateless: it decides from the history it is sent.
@@ -33,6 +36,7 @@ from dex_agents import (
 from dex_agents.testing import FileGate, InvocationLog
 from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -54,6 +58,7 @@ STATE_DIR_ENV = "PYDANTIC_AI_SHAPE_STATE_DIR"
 MODEL_KIND = "model"
 FLAGSHIP = "flagship"
 VALIDATED = "validated"
+CONDITIONAL = "conditional"
 CUSTOMER = "Ada"
 
 FIRST_PROMPT = "My order 1042 arrived broken, please sort it out"
@@ -162,6 +167,20 @@ class ShapeDesk:
             await FileGate(self.state_dir, gate).pass_through()
         with self.inputs_path.open("a") as file:
             file.write(json.dumps(conversation_view(merged(messages))) + "\n")
+        if self.shape == CONDITIONAL:
+            if call == 0:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("write_file", {"path": ".env", "content": "KEY=1"}, "t1-env"),
+                        ToolCallPart("write_file", {"path": "README", "content": "hi"}, "t1-doc"),
+                    ]
+                )
+            seen = [
+                f"{p.tool_call_id}={p.model_response_str()}"
+                for p in messages[-1].parts
+                if isinstance(p, ToolReturnPart)
+            ]
+            return ModelResponse(parts=[TextPart(" | ".join(seen))])
         output_tool = info.output_tools[0].name
         if turn == 1 and call == 0:
             second = (
@@ -242,9 +261,21 @@ class ShapeDesk:
             file.write(f"{order_id}:{note}\n")
         return f"note added to order {order_id}"
 
+    def write_file(self, ctx: RunContext[DeskDeps], path: str, content: str) -> str:
+        """Write a file; writing .env needs a human's approval."""
+        if path == ".env" and not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        self._enter_tool("write_file")
+        (ctx.deps.state_dir / path).write_text(content)
+        return f"wrote {path}"
+
     # ------------------------------------------------------------------ agent
 
     def agent(self) -> Agent[DeskDeps, Any]:
+        if self.shape == CONDITIONAL:
+            plain: Agent[DeskDeps, Any] = Agent(FunctionModel(self.reply), deps_type=DeskDeps)
+            plain.tool(metadata={"dex_effect": "idempotent_write"})(self.write_file)
+            return plain
         if self.shape == FLAGSHIP:
             agent: Agent[DeskDeps, Any] = Agent(
                 FunctionModel(self.reply),

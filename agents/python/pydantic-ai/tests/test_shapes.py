@@ -21,10 +21,11 @@ from dex_agents.testing import (
     InvocationLog,
     wait_for_agent_snapshot,
 )
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
 from dex_agents_pydantic_ai._items import history_of
 from tests.shape_defs import (
+    CONDITIONAL,
     FIRST_PROMPT,
     FLAGSHIP,
     MODEL_KIND,
@@ -207,3 +208,28 @@ async def test_validated_structured_output_across_a_model_call_kill(tmp_path: Pa
         await check_against_control(
             stack, sessions, VALIDATED, "v1", state_dir, tmp_path, model_calls=4, reads=2
         )
+
+
+async def test_a_tools_own_approval_request_is_never_bypassed(tmp_path: Path) -> None:
+    # write_file raises ApprovalRequired for .env only; its policy (idempotent_write) asks
+    # for no approval, so the session never approves it: the .env call must not write.
+    async with shape_stack(tmp_path, CONDITIONAL, []) as (stack, sessions, state_dir):
+        await stack.start_worker()
+        await sessions.start_session("c1", "Set the project up")
+        await wait_for_turns(sessions, "c1", 1)
+        snapshot = await sessions.get_agent_snapshot("c1")
+
+        assert not (state_dir / ".env").exists()
+        assert (state_dir / "README").read_text() == "hi"
+        answer = snapshot.messages[-1].text
+        assert "t1-doc=wrote README" in answer
+        assert "t1-env=" in answer and "raised ApprovalRequired" in answer
+        assert "requires_approval=True" in answer
+        stored = history_of(snapshot.messages)
+        outcomes = {
+            part.tool_call_id: part.outcome
+            for message in stored
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        }
+        assert outcomes == {"t1-env": "failed", "t1-doc": "success"}
