@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    SystemPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -29,7 +30,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import DeferredToolResults, ToolDenied
 
-RUN_STATE_FORMAT = "dex-pydantic-ai/1"
+RUN_STATE_FORMAT = "dex-pydantic-ai/2"
+_OLDER_FORMATS = ("dex-pydantic-ai/1",)
 
 
 def dump_message(message: ModelMessage) -> dict[str, Any]:
@@ -44,8 +46,38 @@ def load_messages(items: Iterable[Any]) -> list[ModelMessage]:
 
 
 def history_of(messages: Sequence[AgentMessage]) -> list[ModelMessage]:
-    """Rebuild the model history from every stored message, in sequence order."""
-    return load_messages(message.framework_item for message in messages)
+    """Rebuild the model history from stored messages, in sequence order.
+
+    A stored ``system`` message holds the system prompt parts Pydantic AI put in front of
+    the user prompt of the session's first request (it is stored after that user message,
+    which the session wrote first); it goes back in front of that request's parts, so the
+    model sees the request exactly as a plain Pydantic AI run sends it.
+    """
+    rebuilt: list[ModelMessage] = []
+    for stored, message in zip(
+        messages, load_messages(m.framework_item for m in messages), strict=True
+    ):
+        previous = rebuilt[-1] if rebuilt else None
+        if (
+            stored.role is MessageRole.SYSTEM
+            and isinstance(message, ModelRequest)
+            and isinstance(previous, ModelRequest)
+        ):
+            rebuilt[-1] = replace(previous, parts=[*message.parts, *previous.parts])
+        else:
+            rebuilt.append(message)
+    return rebuilt
+
+
+def system_message(request: ModelRequest) -> FrameworkMessage | None:
+    """The system prompt parts of a turn's request as a stored ``system`` message, if any."""
+    parts = [part for part in request.parts if isinstance(part, SystemPromptPart)]
+    if not parts:
+        return None
+    item = dump_message(ModelRequest(parts=list(parts)))
+    return FrameworkMessage(
+        role=MessageRole.SYSTEM, framework_item=item, text="\n".join(p.content for p in parts)
+    )
 
 
 def role_of(message: ModelMessage) -> MessageRole:
@@ -101,8 +133,9 @@ class RunState:
     """What continues a turn after its tool Steps.
 
     Attributes:
-        messages: the turn's messages after its user request, as Pydantic AI produced
-            them (model responses, tool returns, retry requests).
+        messages: the turn's messages as Pydantic AI produced them: its request (with
+            the system prompts on a session's first request), then model responses,
+            tool returns and retry requests.
         deferred: the tool call IDs handed to the session, in model order.
 
     """
@@ -120,18 +153,28 @@ class RunState:
         return json.dumps(payload, separators=(",", ":"))
 
     @classmethod
-    def load(cls, raw: str) -> RunState:
+    def load(cls, raw: str, user_request_item: Any = None) -> RunState:
         """Decode a string from :meth:`dump`.
+
+        ``user_request_item`` (the turn's stored user message) completes a run state of
+        the older format ``dex-pydantic-ai/1``, which did not hold the turn's request.
 
         Raises:
             ValueError: the string is not a run state of this adapter's format.
 
         """
         payload = json.loads(raw)
-        if not isinstance(payload, dict) or payload.get("format") != RUN_STATE_FORMAT:
+        if not isinstance(payload, dict) or payload.get("format") not in (
+            RUN_STATE_FORMAT,
+            *_OLDER_FORMATS,
+        ):
             raise ValueError(f"not a {RUN_STATE_FORMAT} run state")
+        messages = load_messages(payload["messages"])
+        if payload["format"] != RUN_STATE_FORMAT and user_request_item is not None:
+            # Format 1 left out the turn's request; it is the stored user message.
+            messages = [*load_messages([user_request_item]), *messages]
         return cls(
-            messages=load_messages(payload["messages"]),
+            messages=messages,
             deferred=[str(tool_call_id) for tool_call_id in payload["deferred"]],
         )
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic
 
 from dex_agents import (
+    AgentEventWriter,
+    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
     DeferredToolCall,
@@ -18,16 +22,21 @@ from dex_agents import (
     TurnCompleted,
 )
 from pydantic_ai import Agent, CallToolsNode, ModelRequestNode
+from pydantic_ai._output import OutputSchema
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import CallDeferred
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    PartStartEvent,
     ToolCallPart,
     ToolReturnPart,
+    UserContent,
     UserPromptPart,
 )
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.tools import (
     AgentDepsT,
     DeferredToolRequests,
@@ -36,6 +45,7 @@ from pydantic_ai.tools import (
     ToolApproved,
     ToolDefinition,
 )
+from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
 from pydantic_graph import End
 
 from dex_agents_pydantic_ai._items import (
@@ -43,12 +53,14 @@ from dex_agents_pydantic_ai._items import (
     deferred_results,
     dump_message,
     history_of,
+    load_messages,
+    system_message,
     to_framework_message,
     usage_of,
     user_request,
     with_approved_arguments,
 )
-from dex_agents_pydantic_ai._policies import resolve_policy
+from dex_agents_pydantic_ai._policies import framework_requires_approval, resolve_policy
 from dex_agents_pydantic_ai._streaming import forward_stream_event
 
 
@@ -69,8 +81,9 @@ class _DeferEveryTool(AbstractCapability[Any]):
     ``execute_deferred_tool_call`` runs one tool through the agent's own pipeline.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allow: str | None = None) -> None:
         super().__init__()
+        self.allow = allow
         self.tool_defs: dict[str, ToolDefinition] = {}
 
     async def prepare_tools(
@@ -88,7 +101,7 @@ class _DeferEveryTool(AbstractCapability[Any]):
         tool_def: ToolDefinition,
         args: Any,
     ) -> Any:
-        if ctx.tool_call_approved:
+        if ctx.tool_call_approved or call.tool_call_id == self.allow:
             return args
         raise CallDeferred()
 
@@ -103,13 +116,17 @@ class PydanticAIRunner(Generic[AgentDepsT]):
     each model call is one RunModel Step and each tool call its own Step.
 
     Args:
-        agent: the user's agent. Give it ``instructions=`` rather than ``system_prompt=``:
-            the history is rebuilt from storage on every call, and Pydantic AI only adds
-            system prompts to a run that starts without history.
+        agent: the user's agent, with any output type, ``instructions=``,
+            ``system_prompt=`` / ``@agent.system_prompt`` (also ``dynamic=True``) and
+            output validators. System prompts reach the model as in a plain multi-turn
+            run: resolved once on the session's first request and stored as a ``system``
+            message; dynamic ones are re-evaluated on every model call.
         deps_factory: builds the agent's ``deps`` for every model call and tool call
             (deps are not stored); None passes no deps.
 
     Raises:
+        ValueError: at construction, the agent has an ``ApprovalRequiredToolset`` (its
+            per-call approval function cannot feed the session's policy yet).
         MultipleModelCallsError: from ``run_model_step`` when the framework wants a
             second model call in the same Step (see the class).
 
@@ -124,8 +141,10 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         *,
         deps_factory: Callable[[], AgentDepsT] | None = None,
     ) -> None:
+        _refuse_approval_toolsets(agent.toolsets)
         self.agent = agent
         self.deps_factory = deps_factory
+        self._schema_copy: tuple[list[Any], Agent[AgentDepsT, Any]] | None = None
 
     def build_user_message(self, text: str) -> FrameworkMessage:
         """Wrap user text as a ``ModelRequest`` with one ``UserPromptPart``."""
@@ -135,18 +154,21 @@ class PydanticAIRunner(Generic[AgentDepsT]):
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         """Let the agent make one model call for ``turn``, deferring every tool call."""
-        history = history_of(turn.messages)
+        prior, prompt, user_item = _split_turn(turn)
         earlier: list[ModelMessage] = []
         results: DeferredToolResults | None = None
         if turn.framework_run_state is not None:
-            state = RunState.load(turn.framework_run_state)
+            state = RunState.load(turn.framework_run_state, user_item)
             earlier = with_approved_arguments(state.messages, turn.tool_calls)
             results = deferred_results(state.deferred, turn.tool_calls)
         capability = _DeferEveryTool()
-        model_input = [*history, *earlier]
-        async with self.agent.iter(
-            None,
-            message_history=model_input,
+        # The turn's first call gives Pydantic AI the user prompt itself, as a plain run
+        # does: it builds the request (system prompts on a session's first request) and
+        # merges it with a trailing tool-return request of the previous turn. Later calls
+        # continue from that request, which the run state keeps as Pydantic AI built it.
+        async with self._agent_for_run().iter(
+            None if earlier else prompt,
+            message_history=[*prior, *earlier] or None,
             deferred_tool_results=results,
             output_type=self._output_type(),
             capabilities=[capability],
@@ -162,20 +184,23 @@ class PydanticAIRunner(Generic[AgentDepsT]):
                             "(invalid tool arguments or an output retry)"
                         )
                     model_calls += 1
-                    async with node.stream(run.ctx) as stream:
-                        async for event in stream:
-                            forward_stream_event(turn.events, event)
+                    if _streams(run.ctx.deps.model):
+                        async with node.stream(run.ctx) as stream:
+                            async for event in stream:
+                                forward_stream_event(turn.events, event)
+                    else:
+                        node = await run.next(node)
+                        _forward_response(turn.events, node)
+                        continue
                 elif isinstance(node, CallToolsNode):
                     await turn.heartbeat()
                 node = await run.next(node)
-            produced = [*earlier, *run.all_messages()[len(model_input) :]]
+            produced = [*earlier, *run.new_messages()]
             output = node.data.output
         responses = [m for m in produced[len(earlier) :] if isinstance(m, ModelResponse)]
         usage = usage_of(responses[-1] if model_calls and responses else None)
         if not isinstance(output, DeferredToolRequests):
-            return TurnCompleted(
-                new_messages=[to_framework_message(m) for m in produced], usage=usage
-            )
+            return TurnCompleted(new_messages=_stored_turn(produced), usage=usage)
         pending = {call.tool_call_id for call in [*output.calls, *output.approvals]}
         ordered = [
             part
@@ -196,14 +221,43 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         return ToolCallsRequested(framework_run_state=state.dump(), tool_calls=calls, usage=usage)
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
-        """Run one approved call through the agent's own tool pipeline, once.
+        """Run one call through the agent's own tool pipeline, once.
 
         The tool sees validated arguments, its ``RunContext`` (with a two-message history
-        holding only this call) and the agent's hooks. ``ToolFailed``, ``ModelRetry`` and
-        invalid arguments become ``ToolExecutionError`` (recorded failed, not retried);
-        any other exception fails the Step and follows the effect's retry policy.
+        holding only this call) and the agent's hooks. ``ctx.tool_call_approved`` is True
+        only when the session approved the call (its policy required approval) or the
+        tool is declared ``requires_approval=True`` and an explicit ``ToolPolicy`` waived
+        that. A tool that raises ``ApprovalRequired`` without such an approval is not run
+        past that point: it becomes ``ToolExecutionError`` naming the fix. ``ToolFailed``,
+        ``ModelRetry`` and invalid arguments become ``ToolExecutionError`` (recorded
+        failed, not retried); any other exception fails the Step and follows the effect's
+        retry policy.
         """
         record = call.tool_call
+        if record.requires_approval:
+            returned = await self._run_tool(record, approved=True)
+        else:
+            returned = await self._run_tool(record, approved=False)
+            if isinstance(returned, _AskedForApproval):
+                if not returned.declared:
+                    raise ToolExecutionError(
+                        f"tool {record.tool_name!r} raised ApprovalRequired, but its policy "
+                        "does not require approval, so it was not run; declare it with "
+                        "requires_approval=True or give it "
+                        "ToolPolicy(<effect>, requires_approval=True)"
+                    )
+                # requires_approval=True on the tool, waived by an explicit ToolPolicy.
+                returned = await self._run_tool(record, approved=True)
+        if isinstance(returned, _AskedForApproval) or returned is None:
+            raise ToolExecutionError(f"the agent produced no result for {record.tool_name!r}")
+        text = returned.model_response_str(wrap_if_error=False)
+        if returned.outcome != "success":
+            raise ToolExecutionError(text or returned.outcome)
+        return ToolExecutionResult(output=text)
+
+    async def _run_tool(
+        self, record: AgentToolCall, *, approved: bool
+    ) -> ToolReturnPart | _AskedForApproval | None:
         tool_call = ToolCallPart(
             record.tool_name, record.arguments or "{}", tool_call_id=record.tool_call_id
         )
@@ -211,37 +265,129 @@ class PydanticAIRunner(Generic[AgentDepsT]):
             ModelRequest(parts=[UserPromptPart("")]),
             ModelResponse(parts=[tool_call]),
         ]
-        approved = DeferredToolResults(approvals={record.tool_call_id: ToolApproved()})
-        async with self.agent.iter(
+        results = (
+            DeferredToolResults(approvals={record.tool_call_id: ToolApproved()})
+            if approved
+            else None
+        )
+        capability = _DeferEveryTool(allow=record.tool_call_id)
+        async with self._agent_for_run().iter(
             None,
             message_history=history,
-            deferred_tool_results=approved,
+            deferred_tool_results=results,
             output_type=self._output_type(),
-            capabilities=[_DeferEveryTool()],
+            capabilities=[capability],
             deps=self._deps(),
         ) as run:
             node: Any = run.next_node
             while not isinstance(node, End | ModelRequestNode):
                 node = await run.next(node)
-            returned = _tool_return(run.all_messages(), node, record.tool_call_id)
-        if returned is None:
-            raise ToolExecutionError(f"the agent produced no result for {record.tool_name!r}")
-        text = returned.model_response_str(wrap_if_error=False)
-        if returned.outcome != "success":
-            raise ToolExecutionError(text or returned.outcome)
-        return ToolExecutionResult(output=text)
+            if isinstance(node, End) and isinstance(node.data.output, DeferredToolRequests):
+                if any(p.tool_call_id == record.tool_call_id for p in node.data.output.approvals):
+                    tool_def = capability.tool_defs.get(record.tool_name)
+                    return _AskedForApproval(declared=framework_requires_approval(tool_def))
+            return _tool_return(run.all_messages(), node, record.tool_call_id)
 
     def _deps(self) -> Any:
         return self.deps_factory() if self.deps_factory is not None else None
 
+    def _needs_own_schema(self) -> bool:
+        # Pydantic AI refuses a run-time output type when the agent has output validators;
+        # such an agent runs as a copy whose own schema also allows deferred tools.
+        return bool(self.agent._output_validators) and not _allows_deferred(self.agent)
+
+    def _agent_for_run(self) -> Agent[AgentDepsT, Any]:
+        if not self._needs_own_schema():
+            return self.agent
+        declared = _declared_outputs(self.agent)
+        if self._schema_copy is None or self._schema_copy[0] != declared:
+            copied = copy.copy(self.agent)
+            schema = OutputSchema.build([*declared, DeferredToolRequests])
+            copied._output_schema = schema
+            copied._output_toolset = schema.toolset
+            self._schema_copy = (declared, copied)
+        return self._schema_copy[1]
+
     def _output_type(self) -> Any:
-        # Agents that declare DeferredToolRequests themselves (required with output
-        # validators) keep their own output type.
-        declared = self.agent.output_type
-        options: Sequence[Any] = declared if isinstance(declared, list | tuple) else [declared]
-        if DeferredToolRequests in options:
+        # Agents that allow DeferredToolRequests themselves keep their own output type.
+        if _allows_deferred(self.agent) or self._needs_own_schema():
             return None
-        return [*options, DeferredToolRequests]
+        return [*_declared_outputs(self.agent), DeferredToolRequests]
+
+
+@dataclass(frozen=True)
+class _AskedForApproval:
+    # The unapproved run stopped for approval; declared: the tool is requires_approval=True.
+    declared: bool
+
+
+def _declared_outputs(agent: Agent[Any, Any]) -> list[Any]:
+    declared = agent.output_type
+    return list(declared) if isinstance(declared, list | tuple) else [declared]
+
+
+def _allows_deferred(agent: Agent[Any, Any]) -> bool:
+    return DeferredToolRequests in _declared_outputs(agent)
+
+
+def _streams(model: Any) -> bool:
+    # A FunctionModel built without stream_function cannot stream; unwrap wrappers first.
+    while isinstance(model, WrapperModel):
+        model = model.wrapped
+    return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+
+def _forward_response(events: AgentEventWriter, node: object) -> None:
+    response = getattr(node, "model_response", None)
+    if isinstance(response, ModelResponse):
+        for part in response.parts:
+            forward_stream_event(events, PartStartEvent(index=0, part=part))
+
+
+def _split_turn(
+    turn: AgentTurnContext,
+) -> tuple[list[ModelMessage], str | Sequence[UserContent], Any]:
+    """The history before this turn's user message, its prompt, and its stored item."""
+    for index in range(len(turn.messages) - 1, -1, -1):
+        if turn.messages[index].role is MessageRole.USER:
+            request = load_messages([turn.messages[index].framework_item])[0]
+            prompts = [p.content for p in request.parts if isinstance(p, UserPromptPart)]
+            prompt: str | Sequence[UserContent]
+            if len(prompts) == 1 and isinstance(prompts[0], str):
+                prompt = prompts[0]
+            else:
+                prompt = [c for p in prompts for c in ([p] if isinstance(p, str) else p)]
+            return history_of(turn.messages[:index]), prompt, turn.messages[index].framework_item
+    raise ValueError("the turn has no user message")
+
+
+def _stored_turn(produced: Sequence[ModelMessage]) -> list[FrameworkMessage]:
+    """What a completed turn stores: everything after its request, and its system prompt."""
+    first = produced[0] if produced else None
+    if not (isinstance(first, ModelRequest) and _has_prompt(first)):
+        return [to_framework_message(m) for m in produced]
+    system = system_message(first)
+    stored = [to_framework_message(m) for m in produced[1:]]
+    return [system, *stored] if system is not None else stored
+
+
+def _has_prompt(message: ModelRequest) -> bool:
+    return any(isinstance(part, UserPromptPart) for part in message.parts)
+
+
+def _refuse_approval_toolsets(toolsets: Sequence[AbstractToolset[Any]]) -> None:
+    for toolset in toolsets:
+        if isinstance(toolset, ApprovalRequiredToolset):
+            raise ValueError(
+                "an ApprovalRequiredToolset (toolset.approval_required(...)) decides approval "
+                "per call, which a durable session cannot honour yet; declare its tools with "
+                "requires_approval=True or give them ToolPolicy(<effect>, "
+                "requires_approval=True) in AgentSessionOptions.tool_policies"
+            )
+        inner = getattr(toolset, "wrapped", None)
+        if isinstance(inner, AbstractToolset):
+            _refuse_approval_toolsets([inner])
+        _refuse_approval_toolsets(getattr(toolset, "toolsets", ()))
 
 
 def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse:
