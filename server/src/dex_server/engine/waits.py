@@ -10,11 +10,13 @@ Rules (pure, two-phase, exclusive):
 * ``any``: canonical order timers, then channels, each in declaration order; the first
   ready condition wins and only a winning channel condition consumes.
 * ``at_most`` (``min_count == 0``) is always ready; ``skip`` is ready at once.
+* A SubFlow condition is ready once its child run (``run_id``) is in ``closed``; in
+  ``any`` it comes after timers and channels in the canonical order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -37,6 +39,7 @@ class WaitMatch:
     timers_fired: list[bool] = field(default_factory=list)
     consumed: list[list[str]] = field(default_factory=list)
     channel_names: list[str] = field(default_factory=list)
+    subflows_done: list[bool] = field(default_factory=list)
 
 
 def resolve_timers(wait: WaitSpec, now: float) -> WaitSpec:
@@ -67,10 +70,19 @@ def _fired(c: ConditionSpec, now: float) -> bool:
     return c.fire_at is not None and c.fire_at <= now
 
 
+def _subflows_done(wait: WaitSpec, closed: Collection[str]) -> list[bool]:
+    return [c.run_id in closed for c in wait.conditions if c.kind == "subflow"]
+
+
 def _match_all(
-    wait: WaitSpec, available: Mapping[str, list[str]], now: float
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[list[str]] | None:
     if not all(_fired(t, now) for t in _timers(wait)):
+        return None
+    if not all(_subflows_done(wait, closed)):
         return None
     chans = _channels(wait)
     offset: dict[str, int] = {}
@@ -96,7 +108,10 @@ def _match_all(
 
 
 def _match_any(
-    wait: WaitSpec, available: Mapping[str, list[str]], now: float
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[list[str]] | None:
     chans = _channels(wait)
     if any(_fired(t, now) for t in _timers(wait)):
@@ -108,6 +123,8 @@ def _match_any(
             taken: list[list[str]] = [[] for _ in chans]
             taken[i] = list(queue[:count])
             return taken
+    if any(_subflows_done(wait, closed)):
+        return [[] for _ in chans]
     return None
 
 
@@ -115,6 +132,7 @@ def match_waits(
     waiting: Sequence[WaitingExecution],
     queues: Mapping[str, Sequence[str]],
     now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[WaitMatch]:
     """Match waiting executions (in waiting order) against pending messages.
 
@@ -122,6 +140,7 @@ def match_waits(
         waiting: executions in the order they started waiting.
         queues: pending message ids per physical Channel name, oldest first.
         now: current time (unix seconds) for timers.
+        closed: run ids of the SubFlow children that have ended.
 
     Returns:
         One :class:`WaitMatch` per satisfied execution, in waiting order. Messages taken
@@ -134,9 +153,9 @@ def match_waits(
         if w.wait.mode == "skip":
             taken: list[list[str]] | None = [[] for _ in _channels(w.wait)]
         elif w.wait.mode == "any" and w.wait.conditions:
-            taken = _match_any(w.wait, available, now)
+            taken = _match_any(w.wait, available, now, closed)
         else:
-            taken = _match_all(w.wait, available, now)
+            taken = _match_all(w.wait, available, now, closed)
         if taken is None:
             continue
         chans = _channels(w.wait)
@@ -152,6 +171,7 @@ def match_waits(
                 timers_fired=[_fired(t, now) for t in _timers(w.wait)],
                 consumed=taken,
                 channel_names=[c.channel or "" for c in chans],
+                subflows_done=_subflows_done(w.wait, closed),
             )
         )
     return matches

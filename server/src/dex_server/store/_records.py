@@ -45,6 +45,11 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     commit_hold: str | None = None
     # the version of the Flow type's spec the run started with ("" before versions existed)
     spec_version: str = ""
+    # SubFlows: the Flow ID of the parent run whose Step started this run (the system search
+    # index DexParentFlowID), and the Step executions (run_id, execution_id) waiting for this
+    # run to end (woken by a Timer row at its close)
+    parent_flow_id: str | None = None
+    subflow_waiters: list[tuple[str, str]] = []
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):
