@@ -1,18 +1,21 @@
 """Wire form of SubFlow conditions, built on the Worker that runs the parent's ``wait_for``.
 
-The child Flow must be registered (the same instance) in that Worker's Registry: its spec
-and codecs encode the start. Options the server cannot run for a child are named in
-``requires`` so the server fails the attempt with ``FEATURE_NOT_AVAILABLE``.
+The child's spec and start input come from the Worker's Registry when it registers the
+child Flow (that instance, its codecs); a child Flow the Worker does not serve is compiled
+on its own with the Registry's custom codecs (once per instance). Options the server
+cannot run for a child are named in ``requires``, so the server fails the attempt with
+``FEATURE_NOT_AVAILABLE``.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from msgspec import Raw
 
 from dex._client._defs import encode_start_input, flow_spec
 from dex._client._options import FlowTimeoutPolicy
+from dex._flow import Flow
 from dex._options import seconds
 from dex._protocol import ConditionSpec, InitialAttribute, SubFlowStartSpec
 from dex._registry import Registry
@@ -22,6 +25,23 @@ from dex._waits import SubFlowCondition
 from dex.errors import FlowDefinitionError, InvalidStepResultError
 
 __all__ = ["subflow_condition_spec"]
+
+# child Flows this process compiled outside its Registry: id(flow) -> (flow, registry)
+_COMPILED: dict[int, tuple[Flow[Any], Registry]] = {}
+
+
+def _registry_of(registry: Registry, flow: Flow[Any]) -> Registry:
+    try:
+        registry.start_input_type(flow)
+    except KeyError:
+        pass
+    else:
+        return registry
+    hit = _COMPILED.get(id(flow))
+    if hit is None or hit[0] is not flow:
+        own = Registry([flow], registry.codec_registry, allow_async_handlers=True)
+        hit = _COMPILED[id(flow)] = (flow, own)
+    return hit[1]
 
 
 def _requires(o: SubFlowOptions) -> list[str]:
@@ -67,22 +87,20 @@ def subflow_condition_spec(
     """Return the wire condition that starts ``c``'s child Flow.
 
     Raises:
-        InvalidStepResultError: the child Flow is missing, or not the instance this
-            Registry holds.
+        InvalidStepResultError: the child Flow is missing, invalid, or another instance of
+            a type this Registry holds.
         ValueMappingError: the input or an initial value does not match its type.
 
     """
     if c.flow is None:
         raise InvalidStepResultError(flow_type, step_type, "wait_for", "SubFlow.run without a Flow")
     try:
-        spec = flow_spec(registry, c.flow)
-        encoded = encode_start_input(registry, c.flow, c.input)
+        own = _registry_of(registry, c.flow)
+        spec = flow_spec(own, c.flow)
+        encoded = encode_start_input(own, c.flow, c.input)
     except FlowDefinitionError as exc:
         raise InvalidStepResultError(
-            flow_type,
-            step_type,
-            "wait_for",
-            f"SubFlow {c.flow.get_flow_type()!r}: {exc} (register the child Flow on this Worker)",
+            flow_type, step_type, "wait_for", f"SubFlow {c.flow.get_flow_type()!r}: {exc}"
         ) from None
     o = c.options or SubFlowOptions()
     return ConditionSpec(

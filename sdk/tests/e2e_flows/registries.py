@@ -18,6 +18,7 @@ from tests.e2e_flows import (
     rpc_flows,
     state_flows,
     step_flows,
+    subflow_flows,
     time_flows,
 )
 
@@ -37,6 +38,7 @@ def all_flows() -> Registry:
             *read_flows.FLOWS,
             *defect_flows.FLOWS,
             *reconnect_flows.FLOWS,
+            *subflow_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )
