@@ -7,10 +7,12 @@ the parent and the child on two servers sharing the database).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from dex import AsyncClient, ClientOptions, FlowNotFoundError, FlowStatus
 from dex_server.testing import (
     RunningServer,
@@ -20,9 +22,18 @@ from dex_server.testing import (
 )
 
 from tests.e2e_flows.common import read_log
-from tests.e2e_flows.harness import e2e_stack, registry, unique_id
+from tests.e2e_flows.harness import Stack, e2e_stack, registry, unique_id
 from tests.e2e_flows.subflow_flows import CHILD, IMPATIENT, PARENT, TWINS
 from tests.support import FileGate, WorkerProcess, async_wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    """One server and Worker for the tests that kill nothing (their tags keep them apart)."""
+    async with e2e_stack(tmp_path_factory.mktemp("e2e-subflows")) as running:
+        yield running
 
 
 def child_id(parent_id: str, step: str = "Spawn", index: int = 0) -> str:
@@ -42,90 +53,85 @@ async def run_parent(client: AsyncClient, parent_id: str, value: str) -> dict[st
     return out
 
 
-async def test_parent_starts_a_child_and_gets_its_result(tmp_path: Path) -> None:
-    async with e2e_stack(tmp_path) as stack:
-        tag = unique_id("sub-ok")
-        out = await run_parent(stack.client, tag, f"default|ok|{tag}")
+async def test_parent_starts_a_child_and_gets_its_result(stack: Stack) -> None:
+    tag = unique_id("sub-ok")
+    out = await run_parent(stack.client, tag, f"default|ok|{tag}")
 
-        child = await stack.client.describe_flow(child_id(tag))
-        assert out == {
-            "flow_id": child_id(tag),
-            "status": "COMPLETED",
-            "error": None,
-            "output": f"child ok {tag} run {child.run_id}",
-            "timer": False,
-        }
-        assert child.status is FlowStatus.COMPLETED
-        assert child_runs(tmp_path, tag) == ["child ok"]
-
-
-async def test_a_failed_child_is_seen_by_the_parent_which_goes_on(tmp_path: Path) -> None:
-    async with e2e_stack(tmp_path) as stack:
-        tag = unique_id("sub-fail")
-        out = await run_parent(stack.client, tag, f"default|fail|{tag}")
-
-        assert out["status"] == "FAILED"
-        assert f"child {tag} failed on purpose" in out["error"]
-        assert out["output"] is None
+    child = await stack.client.describe_flow(child_id(tag))
+    assert out == {
+        "flow_id": child_id(tag),
+        "status": "COMPLETED",
+        "error": None,
+        "output": f"child ok {tag} run {child.run_id}",
+        "timer": False,
+    }
+    assert child.status is FlowStatus.COMPLETED
+    assert child_runs(stack.directory, tag) == ["child ok"]
 
 
-async def test_two_children_of_one_wait_get_their_own_ids(tmp_path: Path) -> None:
-    async with e2e_stack(tmp_path) as stack:
-        tag = unique_id("sub-two")
-        await stack.client.start_flow(TWINS, tag, tag)
-        result = await stack.client.wait_for_flow(tag, timeout=30)
+async def test_a_failed_child_is_seen_by_the_parent_which_goes_on(stack: Stack) -> None:
+    tag = unique_id("sub-fail")
+    out = await run_parent(stack.client, tag, f"default|fail|{tag}")
 
-        assert result.single_output(list) == [
-            [child_id(tag, "SpawnTwo", 0), "COMPLETED"],
-            [child_id(tag, "SpawnTwo", 1), "FAILED"],
-        ]
+    assert out["status"] == "FAILED"
+    assert f"child {tag} failed on purpose" in out["error"]
+    assert out["output"] is None
 
 
-async def test_reuse_policies_when_the_child_id_already_has_a_run(tmp_path: Path) -> None:
-    async with e2e_stack(tmp_path) as stack:
-        c = stack.client
-        # ATTACH: a second parent run with the same ID waits for the child that completed
-        a = unique_id("sub-attach")
-        first = await run_parent(c, a, f"attach|ok|{a}")
-        again = await run_parent(c, a, f"attach|fail|{a}")
-        assert again == first and first["status"] == "COMPLETED"
-        assert child_runs(tmp_path, a) == ["child ok"]
+async def test_two_children_of_one_wait_get_their_own_ids(stack: Stack) -> None:
+    tag = unique_id("sub-two")
+    await stack.client.start_flow(TWINS, tag, tag)
+    result = await stack.client.wait_for_flow(tag, timeout=30)
 
-        # default: restart after an abnormal end, reuse a success
-        d = unique_id("sub-default")
-        failed = await run_parent(c, d, f"default|fail|{d}")
-        assert failed["status"] == "FAILED"
-        restarted = await run_parent(c, d, f"default|ok|{d}")
-        assert restarted["status"] == "COMPLETED"
-        reused = await run_parent(c, d, f"default|fail|{d}")
-        assert reused == restarted
-        assert child_runs(tmp_path, d) == ["child fail", "child ok"]
-
-        # ALWAYS_RESTART: a new child run every time
-        r = unique_id("sub-restart")
-        one = await run_parent(c, r, f"always_restart|ok|{r}")
-        two = await run_parent(c, r, f"always_restart|ok|{r}")
-        assert one["status"] == two["status"] == "COMPLETED"
-        assert one["output"] != two["output"]
-        assert child_runs(tmp_path, r) == ["child ok", "child ok"]
+    assert result.single_output(list) == [
+        [child_id(tag, "SpawnTwo", 0), "COMPLETED"],
+        [child_id(tag, "SpawnTwo", 1), "FAILED"],
+    ]
 
 
-async def test_parent_completing_does_not_cancel_its_child(tmp_path: Path) -> None:
-    async with e2e_stack(tmp_path) as stack:
-        c = stack.client
-        tag = unique_id("sub-leave")
-        await c.start_flow(IMPATIENT, tag, tag)
-        result = await c.wait_for_flow(tag, timeout=30)
-        out = result.single_output(dict)
-        # the Timer won the any_of: the child is read as a running snapshot
-        assert out["timer"] is True and out["status"] == "RUNNING"
+async def test_reuse_policies_when_the_child_id_already_has_a_run(stack: Stack) -> None:
+    c = stack.client
+    # ATTACH: a second parent run with the same ID waits for the child that completed
+    a = unique_id("sub-attach")
+    first = await run_parent(c, a, f"attach|ok|{a}")
+    again = await run_parent(c, a, f"attach|fail|{a}")
+    assert again == first and first["status"] == "COMPLETED"
+    assert child_runs(stack.directory, a) == ["child ok"]
 
-        kid = child_id(tag, "SpawnOrTimeout")
-        assert (await c.describe_flow(kid)).status is FlowStatus.RUNNING
-        await c.invoke_rpc(CHILD.release, kid, "go")
-        done = await c.wait_for_flow(kid, timeout=30)
-        assert done.status is FlowStatus.COMPLETED
-        assert done.single_output(str).startswith(f"child hold {tag}")
+    # default: restart after an abnormal end, reuse a success
+    d = unique_id("sub-default")
+    failed = await run_parent(c, d, f"default|fail|{d}")
+    assert failed["status"] == "FAILED"
+    restarted = await run_parent(c, d, f"default|ok|{d}")
+    assert restarted["status"] == "COMPLETED"
+    reused = await run_parent(c, d, f"default|fail|{d}")
+    assert reused == restarted
+    assert child_runs(stack.directory, d) == ["child fail", "child ok"]
+
+    # ALWAYS_RESTART: a new child run every time
+    r = unique_id("sub-restart")
+    one = await run_parent(c, r, f"always_restart|ok|{r}")
+    two = await run_parent(c, r, f"always_restart|ok|{r}")
+    assert one["status"] == two["status"] == "COMPLETED"
+    assert one["output"] != two["output"]
+    assert child_runs(stack.directory, r) == ["child ok", "child ok"]
+
+
+async def test_parent_completing_does_not_cancel_its_child(stack: Stack) -> None:
+    c = stack.client
+    tag = unique_id("sub-leave")
+    await c.start_flow(IMPATIENT, tag, tag)
+    result = await c.wait_for_flow(tag, timeout=30)
+    out = result.single_output(dict)
+    # the Timer won the any_of: the child is read as a running snapshot
+    assert out["timer"] is True and out["status"] == "RUNNING"
+
+    kid = child_id(tag, "SpawnOrTimeout")
+    assert (await c.describe_flow(kid)).status is FlowStatus.RUNNING
+    await c.invoke_rpc(CHILD.release, kid, "go")
+    done = await c.wait_for_flow(kid, timeout=30)
+    assert done.status is FlowStatus.COMPLETED
+    assert done.single_output(str).startswith(f"child hold {tag}")
 
 
 async def test_parent_resumes_once_after_its_worker_is_killed_while_the_child_runs(
