@@ -117,6 +117,17 @@ async def test_reuse_policies_when_the_child_id_already_has_a_run(stack: Stack) 
     assert child_runs(stack.directory, r) == ["child ok", "child ok"]
 
 
+async def test_a_child_that_cannot_start_fails_the_wait_and_starts_nothing(stack: Stack) -> None:
+    tag = unique_id("sub-refused")
+    await stack.client.start_flow(PARENT, tag, f"timeout|ok|{tag}")
+    result = await stack.client.wait_for_flow(tag, timeout=30)
+
+    assert result.status is FlowStatus.FAILED
+    assert "SubFlow timeouts (SubFlowOptions.timeout)" in (result.error_message or "")
+    with pytest.raises(FlowNotFoundError):
+        await stack.client.describe_flow(child_id(tag))
+
+
 async def test_parent_completing_does_not_cancel_its_child(stack: Stack) -> None:
     c = stack.client
     tag = unique_id("sub-leave")

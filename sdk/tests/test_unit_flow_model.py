@@ -274,7 +274,7 @@ def test_wait_kinds_and_combinations() -> None:
         ConditionCombination.of()
 
 
-def test_subflows_are_named_and_refuse_to_run() -> None:
+def test_subflow_conditions_need_a_worker_to_build_their_wire_form() -> None:
     opts = SubFlowOptions(timeout=timedelta(minutes=1), condition_id="child")
     assert opts.reuse_policy is SubFlowReusePolicy.RESTART_IF_PREVIOUS_EXITS_ABNORMALLY
     assert opts.with_attribute(Count, 3)._attribute_initializations == ((Count, (3,)),)
@@ -282,10 +282,6 @@ def test_subflows_are_named_and_refuse_to_run() -> None:
     assert isinstance(cond, SubFlowCondition) and cond.condition_id == "child"
     with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
         Wait.until(cond).to_spec()
-    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
-        SubFlow.get_flow_id(None, 0)  # type: ignore[arg-type]
-    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
-        SubFlow.get_condition_results(None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -293,7 +289,6 @@ def test_subflows_are_named_and_refuse_to_run() -> None:
     [
         ("execute", "Drain", "force_complete_if_channels_empty"),
         ("wait_for", "Combined", "any_combination_of"),
-        ("wait_for", "AwaitsChild", "SubFlows"),
     ],
 )
 def test_returning_a_feature_not_run_yet_fails_the_attempt_for_good(

@@ -1,8 +1,8 @@
 """Flows for SubFlow tests: parents that wait on child Flows, children a test controls.
 
 A parent's input is ``"<policy>|<mode>|<tag>"``: ``policy`` names a ``SubFlowReusePolicy``
-(``default`` for none given), and the child gets ``"<mode>|<tag>"``. Child modes: ``ok``
-completes at once with its run's id, ``fail`` fails the child Flow, ``hold`` waits on the
+(``default`` for none given, ``timeout`` for a child timeout), and the child gets
+``"<mode>|<tag>"``. Child modes: ``ok`` completes at once with its run's id, ``fail`` fails the child Flow, ``hold`` waits on the
 child's ``go`` Channel (the ``release`` RPC publishes to it), ``gate`` parks at the file
 gate ``<tag>-child`` the first time it runs. Parents log ``"parent-execute <attempt>"`` and
 children ``"child <mode>"`` to the log named by the tag.
@@ -87,6 +87,8 @@ CHILD = Child()
 def _options(policy: str) -> SubFlowOptions:
     if policy == "default":
         return SubFlowOptions()
+    if policy == "timeout":  # a child option this server does not run
+        return SubFlowOptions(timeout=timedelta(minutes=1))
     return SubFlowOptions(reuse_policy=SubFlowReusePolicy[policy.upper()])
 
 
