@@ -2,10 +2,11 @@
 
 A parent's input is ``"<policy>|<mode>|<tag>"``: ``policy`` names a ``SubFlowReusePolicy``
 (``default`` for none given, ``timeout`` for a child timeout), and the child gets
-``"<mode>|<tag>"``. Child modes: ``ok`` completes at once with its run's id, ``fail`` fails the child Flow, ``hold`` waits on the
-child's ``go`` Channel (the ``release`` RPC publishes to it), ``gate`` parks at the file
-gate ``<tag>-child`` the first time it runs. Parents log ``"parent-execute <attempt>"`` and
-children ``"child <mode>"`` to the log named by the tag.
+``"<mode>|<tag>"``. Child modes: ``ok`` completes at once with its run's id, ``fail``
+fails the child Flow, ``hold`` waits on the child's ``go`` Channel (the ``release`` RPC
+publishes to it), ``gate`` parks at the file gate ``<tag>-child`` the first time it runs.
+Parents log ``"parent-execute <attempt> <pid>"`` and children ``"child <mode>"`` to the
+log named by the tag.
 """
 
 from __future__ import annotations
