@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["SEARCH", "SERVER_FEATURES", "missing"]
+__all__ = ["SEARCH", "SERVER_FEATURES", "SUBFLOWS", "missing"]
 
 SEARCH = "Flow search (search_flows)"
 """A listing filtered by a search query."""
 
-SERVER_FEATURES: frozenset[str] = frozenset()
-"""The optional features this server runs (none yet)."""
+SUBFLOWS = "SubFlows"
+"""Waits on child Flows (``SubFlow.run``)."""
+
+SERVER_FEATURES: frozenset[str] = frozenset({SUBFLOWS})
+"""The optional features this server runs."""
 
 
 def missing(requested: Iterable[str]) -> list[str]:
