@@ -7,10 +7,13 @@ the parent and the child on two servers sharing the database).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 from dex import AsyncClient, ClientOptions, FlowNotFoundError, FlowStatus
@@ -45,6 +48,19 @@ def child_runs(directory: Path, tag: str) -> list[str]:
     return [line for line in read_log(directory, tag) if line.startswith("child")]
 
 
+def stored_runs(server: RunningServer, flow_id: str) -> list[dict[str, Any]]:
+    """The stored run records of ``flow_id``, read from the server's database itself."""
+    if server.database_url is not None:
+        import psycopg
+
+        with psycopg.connect(server.database_url) as conn:
+            rows = conn.execute("SELECT data FROM flows WHERE flow_id=%s", (flow_id,)).fetchall()
+    else:
+        with contextlib.closing(sqlite3.connect(server.database_path)) as db:
+            rows = db.execute("SELECT data FROM flows WHERE flow_id=?", (flow_id,)).fetchall()
+    return [msgspec.json.decode(bytes(r[0])) for r in rows]
+
+
 async def run_parent(client: AsyncClient, parent_id: str, value: str) -> dict[str, Any]:
     await client.start_flow(PARENT, parent_id, value)
     result = await client.wait_for_flow(parent_id, timeout=30)
@@ -66,6 +82,9 @@ async def test_parent_starts_a_child_and_gets_its_result(stack: Stack) -> None:
         "timer": False,
     }
     assert child.status is FlowStatus.COMPLETED
+    # the child run keeps its parent's Flow ID (what the DexParentFlowID index reads)
+    [record] = await asyncio.to_thread(stored_runs, stack.server, child_id(tag))
+    assert record["parent_flow_id"] == tag and "subflow_waiters" not in record
     assert child_runs(stack.directory, tag) == ["child ok"]
 
 

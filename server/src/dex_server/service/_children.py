@@ -53,6 +53,11 @@ def results(wait: WaitSpec, runs: dict[str, FlowRecord | None]) -> list[SubFlowR
     return out
 
 
+# the Timer rows that wake a parent name its execution with this prefix: firing one only
+# re-runs matching (a plain Timer row of an execution not waiting would queue it again)
+_WAKE_PREFIX = "subflow-wake:"
+
+
 def wake_waiters(tx: Tx, child: FlowRecord, now: float, eff: Effects) -> None:
     """Make every Step waiting for ``child`` look at its Wait again (``child`` just closed).
 
@@ -60,5 +65,13 @@ def wake_waiters(tx: Tx, child: FlowRecord, now: float, eff: Effects) -> None:
     between included) re-runs the parent's matching, which sees the child closed.
     """
     for run_id, execution_id in child.subflow_waiters:
-        tx.timers.add(run_id, execution_id, now)
-        eff.timers.append((now, run_id, execution_id))
+        tx.timers.add(run_id, _WAKE_PREFIX + execution_id, now)
+        eff.timers.append((now, run_id, _WAKE_PREFIX + execution_id))
+    child.subflow_waiters = []
+
+
+def timer_target(timer_execution_id: str) -> tuple[str, bool]:
+    """The execution a Timer row is for, and whether the row only wakes its Wait."""
+    if timer_execution_id.startswith(_WAKE_PREFIX):
+        return timer_execution_id[len(_WAKE_PREFIX) :], True
+    return timer_execution_id, False

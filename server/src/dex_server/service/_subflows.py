@@ -148,7 +148,9 @@ def start_children(
         )
         if action == "attach":
             assert prev is not None
-            child = prev
+            # read again under the row lock: the child may be closing on another server
+            locked = tx.flows.get(prev.run_id)
+            child = locked if locked is not None else prev
         else:
             run_id, started = start_flow(
                 tx,
