@@ -1,4 +1,4 @@
-"""SubFlow options: how a Step starts a child Flow (named here, not run yet)."""
+"""SubFlow options: how a Step's ``wait_for`` starts a child Flow."""
 
 from __future__ import annotations
 
@@ -32,10 +32,13 @@ class SubFlowReusePolicy(enum.Enum):
 class SubFlowOptions:
     """How ``SubFlow.run`` starts a child Flow (SubFlows).
 
-    SubFlows are not run by this release: these options can be built, and a Wait on the
-    SubFlow condition fails with ``FeatureNotAvailableError("SubFlows")``. The fields
-    mirror ``StartFlowOptions`` plus ``reuse_policy`` and ``condition_id`` (the id of the
-    condition in the parent's Wait).
+    The fields mirror ``StartFlowOptions`` plus ``reuse_policy`` (what to do when the
+    child ID already has a run) and ``condition_id`` (the id of the condition in the
+    parent's Wait). ``start_delay`` and ``with_attribute`` apply to the child's start;
+    ``timeout``, ``timeout_policy``, ``timeout_handler_options``, ``retry_policy`` and
+    ``config_override`` are not run for children by this server: a Wait whose child sets
+    one fails its attempt (not retried) with ``FEATURE_NOT_AVAILABLE`` naming it, and no
+    child starts. Immutable; safe to share between threads.
     """
 
     timeout: Duration | None = None

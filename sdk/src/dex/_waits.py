@@ -243,8 +243,8 @@ class Wait:
     """What a ``wait_for`` returns: the conditions that must hold before ``execute`` runs.
 
     ``Wait.until(c)`` / ``Wait.all_of(*cs)``: every condition ready. ``Wait.any_of(*cs)``:
-    the first ready condition in canonical order (Timers, then Channels, each in argument
-    order) wins and only it consumes messages. ``Wait.skip_immediately()``: no condition.
+    the first ready condition in canonical order (Timers, then Channels, then SubFlows,
+    each in argument order) wins and only it consumes messages. ``Wait.skip_immediately()``: no condition.
     ``Wait.any_combination_of(*combinations)`` can be built but is not run by this
     release (``FeatureNotAvailableError`` when returned from ``wait_for``).
     """
