@@ -61,6 +61,19 @@ def stored_runs(server: RunningServer, flow_id: str) -> list[dict[str, Any]]:
     return [msgspec.json.decode(bytes(r[0])) for r in rows]
 
 
+async def wait_child_waiting(client: AsyncClient, kid: str) -> None:
+    """Poll until the child ``kid`` exists and its Step waits (on its ``go`` Channel)."""
+
+    async def probe() -> bool | None:
+        try:
+            state = await client.get_flow_state(kid)
+        except FlowNotFoundError:
+            return None
+        return any(s.phase == "waiting" for s in state.active_steps) or None
+
+    await async_wait_until(f"{kid} waits", probe, timeout=20)
+
+
 async def run_parent(client: AsyncClient, parent_id: str, value: str) -> dict[str, Any]:
     await client.start_flow(PARENT, parent_id, value)
     result = await client.wait_for_flow(parent_id, timeout=30)
@@ -134,6 +147,38 @@ async def test_reuse_policies_when_the_child_id_already_has_a_run(stack: Stack) 
     assert one["status"] == two["status"] == "COMPLETED"
     assert one["output"] != two["output"]
     assert child_runs(stack.directory, r) == ["child ok", "child ok"]
+
+
+async def test_reuse_policies_when_the_child_is_still_running(stack: Stack) -> None:
+    c = stack.client
+    tag = unique_id("sub-running")
+    kid = child_id(tag)
+    await c.start_flow(PARENT, tag, f"default|hold|{tag}")
+    await wait_child_waiting(c, kid)
+    held = await c.describe_flow(kid)
+    await c.stop_flow(tag)  # the parent goes; its child keeps running
+    await c.wait_for_flow(tag, timeout=30)
+    assert (await c.describe_flow(kid)).status is FlowStatus.RUNNING
+
+    # the default policy attaches to the running child: releasing it completes the parent
+    await c.start_flow(PARENT, tag, f"default|hold|{tag}")
+    await c.invoke_rpc(CHILD.release, kid, "go")
+    out = (await c.wait_for_flow(tag, timeout=30)).single_output(dict)
+    assert out["output"] == f"child hold {tag} run {held.run_id}"
+
+    # ALWAYS_RESTART terminates a running child and starts a new run
+    again = unique_id("sub-restart-running")
+    await c.start_flow(PARENT, again, f"always_restart|hold|{again}")
+    await wait_child_waiting(c, child_id(again))
+    first = await c.describe_flow(child_id(again))
+    await c.stop_flow(again)
+    await c.wait_for_flow(again, timeout=30)
+    await c.start_flow(PARENT, again, f"always_restart|ok|{again}")
+    out = (await c.wait_for_flow(again, timeout=30)).single_output(dict)
+    # a new run: one ID has one running run at most, so the held one was terminated
+    assert out["status"] == "COMPLETED" and first.run_id not in out["output"]
+    latest = await c.describe_flow(child_id(again))
+    assert latest.status is FlowStatus.COMPLETED and latest.run_id != first.run_id
 
 
 async def test_a_child_that_cannot_start_fails_the_wait_and_starts_nothing(stack: Stack) -> None:
@@ -211,14 +256,7 @@ async def test_parent_and_child_on_two_servers_of_one_database(tmp_path: Path) -
         await clients[0].start_flow(PARENT, tag, f"default|hold|{tag}")
         kid = child_id(tag)
 
-        async def child_waiting() -> bool | None:
-            try:
-                state = await clients[1].get_flow_state(kid)
-            except FlowNotFoundError:
-                return None
-            return any(s.phase == "waiting" for s in state.active_steps) or None
-
-        await async_wait_until("the child waits on server 1", child_waiting, timeout=20)
+        await wait_child_waiting(clients[1], kid)
         await clients[1].invoke_rpc(CHILD.release, kid, "go")
         result = await clients[0].wait_for_flow(tag, timeout=30)
         out = result.single_output(dict)
