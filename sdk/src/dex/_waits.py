@@ -244,7 +244,8 @@ class Wait:
 
     ``Wait.until(c)`` / ``Wait.all_of(*cs)``: every condition ready. ``Wait.any_of(*cs)``:
     the first ready condition in canonical order (Timers, then Channels, then SubFlows,
-    each in argument order) wins and only it consumes messages. ``Wait.skip_immediately()``: no condition.
+    each in argument order) wins and only it consumes messages.
+    ``Wait.skip_immediately()``: no condition.
     ``Wait.any_combination_of(*combinations)`` can be built but is not run by this
     release (``FeatureNotAvailableError`` when returned from ``wait_for``).
     """
