@@ -5,6 +5,7 @@ Usage::
 
     python3 scripts/dev.py demo    # run the main example against an embedded server
     python3 scripts/dev.py test    # lint, type-check and test every package
+    python3 scripts/dev.py build   # wheels and sdists of every package into dist/
 
 ``test`` runs the engine and dex-agents suites twice: on SQLite (each package's ``ci.sh``)
 and on PostgreSQL (``DEX_TEST_DATABASE=postgres``: a fresh database per server on
@@ -181,6 +182,147 @@ def root_checks(uv: str) -> list[tuple[str, list[str]]]:
     return checks
 
 
+# The workspace packages (built with ``uv build --package``) and where their sources live.
+WORKSPACE_PACKAGES = (
+    ("dex-sdk", "sdk"),
+    ("dex-server", "server"),
+    ("dex-agents", "agents/python/core"),
+)
+DIST_DIR = ROOT / "dist"
+
+
+def adapter_dirs() -> list[Path]:
+    """The framework adapters: their own uv projects under ``agents/python/``."""
+    core = ROOT / "agents/python/core"
+    return sorted(p.parent for p in ROOT.glob("agents/python/*/pyproject.toml") if p.parent != core)
+
+
+def build(uv: str, out_dir: Path = DIST_DIR, *, sdists: bool = True) -> int:
+    """Build a wheel (and an sdist) of every package into ``out_dir`` and check the wheels.
+
+    Each wheel must hold every file of its package's source folder that is not Python
+    (SQL migrations, ``py.typed``, assets), so an installed package runs as it does here.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kinds = [] if sdists else ["--wheel"]
+    builds = [
+        [uv, "build", "--package", name, "--out-dir", str(out_dir)]
+        for name, _ in WORKSPACE_PACKAGES
+    ]
+    builds += [[uv, "build", str(d), "--out-dir", str(out_dir)] for d in adapter_dirs()]
+    for cmd in builds:
+        if _run([*cmd, *kinds, "--quiet"]) != 0:
+            return 1
+    problems = check_wheels(out_dir)
+    for problem in problems:
+        _say(f"wheel problem: {problem}")
+    wheels = sorted(p.name for p in out_dir.glob("*.whl"))
+    _say(f"built {len(wheels)} wheels into {out_dir}: {', '.join(wheels)}")
+    return 1 if problems else 0
+
+
+def _source_packages(project: Path) -> list[Path]:
+    return sorted(p.parent for p in (project / "src").glob("*/__init__.py"))
+
+
+def check_wheels(out_dir: Path) -> list[str]:
+    """Name every runtime file of a package's sources that its wheel lacks."""
+    import zipfile
+
+    projects = [ROOT / d for _, d in WORKSPACE_PACKAGES] + adapter_dirs()
+    problems: list[str] = []
+    for project in projects:
+        for package in _source_packages(project):
+            matches = sorted(out_dir.glob(f"{_dist_name(project)}-*.whl"))
+            if not matches:
+                problems.append(f"no wheel for {project.relative_to(ROOT)}")
+                continue
+            names = set(zipfile.ZipFile(matches[-1]).namelist())
+            for path in package.rglob("*"):
+                if path.is_dir() or "__pycache__" in path.parts or path.suffix == ".pyc":
+                    continue
+                inside = path.relative_to(package.parent).as_posix()
+                if inside not in names:
+                    problems.append(f"{matches[-1].name} lacks {inside}")
+    return problems
+
+
+def _dist_name(project: Path) -> str:
+    import tomllib
+
+    name = tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"]
+    return str(name).replace("-", "_")
+
+
+def check_wheels_outside(uv: str) -> int:
+    """Build the wheels, install them in a fresh venv outside the repo, run an agent there.
+
+    The venv lives in a temporary folder; pip installs the wheels of the SDK, the server,
+    dex-agents and the Pydantic AI adapter (their dependencies from the package index).
+    ``scripts/_wheel_smoke.py``, run from an empty folder by that venv's Python, starts
+    ``dexcli dev`` and an agent session of the scripted model and one of Pydantic AI.
+    """
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="dex-wheels-"))
+    try:
+        dist = work / "dist"
+        _say(f"building the wheels into {dist}")
+        if build(uv, dist, sdists=False) != 0:
+            return 1
+        _say(f"creating an empty virtual environment in {work / 'venv'}")
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(work / "venv")
+        except (OSError, subprocess.CalledProcessError):
+            # A Python without ensurepip (Debian without python3-venv): uv seeds pip instead.
+            seeded = [uv, "venv", "--seed", "--python", sys.executable, str(work / "venv")]
+            if _run(seeded) != 0:
+                return 1
+        bin_dir = work / "venv" / ("Scripts" if os.name == "nt" else "bin")
+        names = [name for name, _ in WORKSPACE_PACKAGES] + [WHEEL_CHECK_ADAPTER]
+        wheels = [str(next(dist.glob(f"{name.replace('-', '_')}-*.whl"))) for name in names]
+        _say("pip install " + " ".join(Path(w).name for w in wheels))
+        env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+        pip = [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--quiet",  # twice: errors only
+            "--disable-pip-version-check",
+            "--no-compile",
+        ]
+        if subprocess.run([*pip, *wheels], cwd=work, env=env, check=False).returncode != 0:
+            _say("pip install of the wheels failed")
+            return 1
+        app = work / "app"
+        app.mkdir()
+        shutil.copy(ROOT / "scripts" / "_wheel_smoke.py", app / "wheel_smoke.py")
+        _say(f"running an agent session from the wheels in {app}")
+        smoke = [str(bin_dir / "python"), "wheel_smoke.py", "--pydantic-ai"]
+        code = subprocess.run(smoke, cwd=app, env=env, check=False, timeout=300).returncode
+        verdict = "passed" if code == 0 else "FAILED"
+        _say(f"wheel check {verdict} in {time.monotonic() - started:.1f}s")
+        return code
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# The adapter the wheel check installs and runs too (the lightest framework of the three).
+WHEEL_CHECK_ADAPTER = "dex-agents-pydantic-ai"
+# Variables that would point the venv's Python back at this repository or its venv.
+_REPO_ENV = frozenset(
+    {"PYTHONPATH", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "DEXCLI", "PYTHONHOME"}
+)
+
+
+def wheel_checks() -> list[tuple[str, list[str]]]:
+    """The wheel check, as its own ``scripts/dev.py check-wheels`` run."""
+    return [
+        ("wheels outside the repo", [sys.executable, str(ROOT / "scripts/dev.py"), "check-wheels"])
+    ]
+
+
 def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
     """Run one check, output to ``log``: whether it passed, and its CPU seconds if known."""
     cmd = check[1]
@@ -215,6 +357,7 @@ _EXPECTED_SECONDS = {
     "agents/python/openai-agents": 150,
     "agents/python/pydantic-ai": 140,
     "agents/python/langgraph": 135,
+    "wheels outside the repo": 150,
 }
 
 
@@ -272,6 +415,7 @@ def test(uv: str) -> int:
     output is printed whole when it ends, so lanes never interleave lines.
     """
     checks: list[Check] = [*package_checks(), *postgres_checks(uv), *root_checks(uv)]
+    checks += wheel_checks()
     count = _lane_count()
     results: dict[str, tuple[bool, float, float | None]] = {}
     printing = threading.Lock()
@@ -328,9 +472,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scripts/dev.py", description="Run the demo or the tests."
     )
-    parser.add_argument("command", choices=["demo", "test"])
+    parser.add_argument("command", choices=["demo", "test", "build", "check-wheels"])
     args = parser.parse_args(argv)
     uv = ensure_uv()
+    if args.command == "build":
+        return build(uv)
+    if args.command == "check-wheels":
+        return check_wheels_outside(uv)
     sync(uv)
     if args.command == "demo":
         return DEMO(uv)

@@ -106,8 +106,6 @@ async def test_start_options_of_features_not_run_yet_start_nothing(stack: Stack)
         )
     with pytest.raises(FlowNotFoundError):
         await stack.client.describe_flow(flow_id)
-    with pytest.raises(FeatureNotAvailableError, match="search"):
-        await stack.client.search_flows("FlowType = 'Sequential'", 10)
     async_durability = StartFlowOptions(
         config_override=FlowConfig(step_durability=StepDurability.ASYNC)
     )

@@ -320,7 +320,7 @@ StartOptions = Callable[[], StartFlowOptions]
         (lambda: StartFlowOptions(retry_policy=RetryPolicy()), "Flow retries"),
         (
             lambda: StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=10)),
-            "continue-as-new",
+            "Flow configuration",
         ),
         (
             lambda: StartFlowOptions(config_override=FlowConfig(worker_target=WorkerTarget("h:1"))),
@@ -360,18 +360,14 @@ async def test_start_options_this_release_runs_are_sent() -> None:
     body = json.loads(request.content)
     assert body["request_id"]  # None: a random idempotency key
     assert body["ignore_already_started"] is True
+    assert body["config"] == {"step_durability": "async", "worker_target": {"pull": True}}
     await client.close()
 
 
 async def test_client_calls_of_features_not_run_yet_fail_before_any_request() -> None:
     client, requests = _recording_client()
-    step = StepExecutionId("Begin")
     calls = [
         client.time_travel("f", TimeTravelOptions(TimeTravelType.BEGINNING)),
-        client.skip_timer("f", step, TimerId.by_condition_index(0)),
-        client.wait_for_step_completion("f", step, WaitForStepCompletionOptions()),
-        client.wait_for_attribute_match("f", TITLE, AttributeMatch.equal_to("t")),
-        client.update_flow_config("f", FlowConfig(step_durability=StepDurability.SYNC)),
         client.trigger_continue_as_new("f"),
     ]
     for call in calls:
@@ -479,3 +475,20 @@ async def test_a_credential_object_is_asked_for_its_token_before_each_request() 
         "Bearer awaited",
         "Bearer awaited",
     ]
+
+
+async def test_step_calls_refuse_a_bad_step_execution_id_before_any_request() -> None:
+    client, requests = _recording_client()
+    for bad in (StepExecutionId("", 1), StepExecutionId("Begin", 0)):
+        with pytest.raises(ValueError, match="StepExecutionId"):
+            await client.skip_timer("f", bad, TimerId.by_condition_index(0))
+        with pytest.raises(ValueError, match="StepExecutionId"):
+            await client.wait_for_step_completion("f", bad, WaitForStepCompletionOptions())
+    with pytest.raises(ValueError, match="negative"):
+        await client.wait_for_step_completion(
+            "f",
+            StepExecutionId("Begin"),
+            WaitForStepCompletionOptions(request_timeout=timedelta(seconds=-1)),
+        )
+    assert requests == []
+    await client.close()

@@ -67,7 +67,7 @@ class Drain(Step[int]):
 
 class Combined(Step[int]):
     def wait_for(self, context: Context, input: int) -> Wait:
-        return Wait.any_combination_of(ConditionCombination.of(Inbox.for_one()))
+        return Wait.any_combination_of(ConditionCombination.of(Inbox.for_one(condition_id="in")))
 
     def execute(self, context: Context, input: int) -> StepDecision:
         return dex.dead_end()
@@ -262,14 +262,26 @@ def test_wait_kinds_and_combinations() -> None:
     assert Wait.skip_immediately() == Wait(WaitKind.SKIP_IMMEDIATELY)
     wire_spelling: Any = "all"
     assert Wait(wire_spelling, (Inbox.for_one(),)).kind is WaitKind.ALL_OF
-    combo = ConditionCombination.of(Inbox.for_one(), Timer.by_duration(1))
-    w = Wait.any_combination_of(combo)
-    assert w.kind is WaitKind.ANY_COMBINATION_OF and w.combinations == (combo,)
+    combo = ConditionCombination.of(
+        Inbox.for_one(condition_id="in"), Timer.by_duration(1, condition_id="t")
+    )
+    other = ConditionCombination.of(Timer.by_duration(1, condition_id="t"))
+    w = Wait.any_combination_of(combo, other)
+    assert w.kind is WaitKind.ANY_COMBINATION_OF and w.combinations == (combo, other)
     assert isinstance(combo.conditions[1], Condition)
-    with pytest.raises(FeatureNotAvailableError, match="any_combination_of"):
-        w.to_spec()
+    spec = w.to_spec()
+    # each distinct condition once; the groups point at them
+    assert spec.mode == "any_combination" and spec.groups == [[0, 1], [1]]
+    assert [c.condition_id for c in spec.conditions] == ["in", "t"]
     with pytest.raises(ValueError):
         Wait.any_combination_of()
+    with pytest.raises(ValueError, match="needs a condition_id"):
+        Wait.any_combination_of(ConditionCombination.of(Inbox.for_one()))
+    with pytest.raises(ValueError, match="two different conditions"):
+        Wait.any_combination_of(
+            ConditionCombination.of(Inbox.for_one(condition_id="x")),
+            ConditionCombination.of(Timer.by_duration(2, condition_id="x")),
+        )
     with pytest.raises(ValueError):
         ConditionCombination.of()
 
@@ -284,20 +296,26 @@ def test_subflow_conditions_need_a_worker_to_build_their_wire_form() -> None:
         Wait.until(cond).to_spec()
 
 
-@pytest.mark.parametrize(
-    ("kind", "step_type", "feature"),
-    [
-        ("execute", "Drain", "force_complete_if_channels_empty"),
-        ("wait_for", "Combined", "any_combination_of"),
-    ],
-)
-def test_returning_a_feature_not_run_yet_fails_the_attempt_for_good(
-    kind: str, step_type: str, feature: str
-) -> None:
+def test_a_subflow_condition_reaches_the_wire() -> None:
+    res = asyncio.run(
+        invoke(Registry([Demo()]), task("wait_for", "AwaitsChild", input=1), RecordingIO())
+    )
+    assert res.error is None and res.wait is not None
+    (cond,) = res.wait.conditions
+    assert cond.kind == "subflow" and cond.subflow is not None
+    assert cond.subflow.flow_type == "Child" and cond.subflow.requires == []
+
+
+def test_combinations_and_conditional_completion_reach_the_wire() -> None:
     reg = Registry([Demo()])
-    res = asyncio.run(invoke(reg, task(kind, step_type, input=1), RecordingIO()))
-    assert res.error is not None and res.error.error_type == "FeatureNotAvailableError"
-    assert feature in res.error.message and res.error.non_retryable
+    res = asyncio.run(invoke(reg, task("wait_for", "Combined", input=1), RecordingIO()))
+    assert res.error is None and res.wait is not None
+    assert res.wait.mode == "any_combination" and res.wait.groups == [[0]]
+    res = asyncio.run(invoke(reg, task("execute", "Drain", input=1), RecordingIO()))
+    assert res.error is None and res.decision is not None
+    d = res.decision
+    assert d.kind == "force_complete_if_channels_empty"
+    assert d.empty_channels == [Inbox.name] and [m.step_type for m in d.movements] == ["Next"]
 
 
 def test_handle_timeout_is_overridable_and_not_run_yet() -> None:

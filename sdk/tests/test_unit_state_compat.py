@@ -116,8 +116,6 @@ def test_attribute_options_are_validated_when_declared(
 @pytest.mark.parametrize(
     ("declaration", "feature"),
     [
-        (Attribute("a", int, AttributeIndex(IndexType.INT)), "attribute indexes"),
-        (AttributeMap("m", str, AttributeIndex(IndexType.KEYWORD, "k")), "attribute indexes"),
         (Attribute("a", int, sync_to_attribute_store=True), "Attribute Store sync"),
         (AttributeMap("m", str, hard_delete_on_null=True), "hard-delete Attributes"),
     ],

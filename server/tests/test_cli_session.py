@@ -387,3 +387,33 @@ def _unix(rfc3339: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+async def test_approve_with_edited_arguments(desk: Desk) -> None:
+    sid = "cli-edit"
+    await desk.sessions.start_session(sid, "refund order 7 please")
+    interrupt = await _wait_approval(desk, sid)
+    bad = await desk.cli("session", "approve", sid, interrupt, "--arguments", "[1]")
+    assert bad.code != 0 and "JSON object" in bad.err
+    edited = '{"order_id": 7, "amount": 12}'
+    done = await desk.cli(
+        "-o", "json", "session", "approve", sid, interrupt, "--arguments", edited,
+        "--approver", "carol",
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert done.json()["arguments"] == {"order_id": 7, "amount": 12}
+    assert done.json()["approver"] == "carol"
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("refunded 12 on order 7" in m.text for m in snapshot.messages)
+
+
+async def test_reconcile_needs_a_note(desk: Desk) -> None:
+    blank = await desk.cli("session", "reconcile", "any-session", "call-1", "--note", " ")
+    assert blank.code != 0 and "--note is blank" in blank.err
+    await desk.sessions.start_session("cli-reconcile", "hello")
+    await _wait_idle(desk, "cli-reconcile", 1)
+    none = await desk.cli(
+        "-o", "json", "session", "reconcile", "cli-reconcile", "call-1", "--note", "checked"
+    )
+    assert none.code == 3
+    assert _error(none)["code"] == "TOOL_CALL_NOT_AWAITING_RECONCILIATION"

@@ -11,7 +11,7 @@ from dex_server.store.sqlite import _store, apply_migrations
 
 def test_migrations_are_idempotent(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7]
+    assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert apply_migrations(conn) == []
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [
         (1,),
@@ -21,6 +21,7 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
         (5,),
         (6,),
         (7,),
+        (8,),
     ]
 
 

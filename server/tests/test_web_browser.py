@@ -484,3 +484,22 @@ async def test_a_steered_turn_leaves_a_note_shown_as_such(desk: Desk, page: Page
     await expect(page.locator("#all-tool-calls")).to_contain_text("succeeded")
     await expect(page.locator("#all-tool-calls")).to_contain_text("cancelled")
     assert len([k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]) == 1
+
+
+async def test_approve_with_edited_arguments_from_the_inbox(desk: Desk, page: Page) -> None:
+    sid = "web-edit"
+    await desk.sessions.start_session(sid, "please refund order 7")
+    await _wait_approval(desk, sid)
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.approval", has_text=sid)
+    box = card.get_by_label("Edit arguments")
+    await box.fill("[1, 2]")
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_contain_text("must be a JSON object")
+    card = page.locator("section.approval", has_text=sid)
+    await card.get_by_label("Edit arguments").fill('{"order_id": 7, "amount": 11}')
+    await card.get_by_label("Approver").fill("dana")
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("Approved with edited arguments.")
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("refunded 11 on order 7" in m.text for m in snapshot.messages)

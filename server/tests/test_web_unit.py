@@ -50,7 +50,7 @@ def test_root_redirects_to_dex_web(open_ui: TestClient) -> None:
     assert r.headers["location"] == "/ui/flows"
 
 
-def test_pages_set_a_strict_http_only_session_cookie_and_a_no_script_policy(
+def test_pages_set_a_strict_http_only_session_cookie_and_a_self_only_script_policy(
     open_ui: TestClient,
 ) -> None:
     r = open_ui.get("/ui/flows")
@@ -58,7 +58,9 @@ def test_pages_set_a_strict_http_only_session_cookie_and_a_no_script_policy(
     assert "<table id=flows>" in r.text
     cookie = r.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
-    assert "script-src" not in r.headers["content-security-policy"]
+    csp = r.headers["content-security-policy"]
+    # only Dex Web's own script file: no inline script, no eval, no other origin
+    assert "script-src 'self';" in csp and "unsafe" not in csp
     assert "default-src 'none'" in r.headers["content-security-policy"]
 
 
@@ -266,8 +268,8 @@ def test_the_flow_list_filters_by_start_time(open_ui: TestClient) -> None:
     assert ids(started_before=time_input_value(before + 3600), prefix="t-1") == ["t-1"]
     r = open_ui.get("/ui/flows", params={"started_before": "31/12/2026"})
     assert r.status_code == 400 and "is not a date" in r.text and "<tbody></tbody>" in r.text
-    # the search input shows only once the server runs Flow search
-    assert 'name="query"' not in r.text and "name=query" not in r.text
+    # this server runs Flow search, so the form has its input
+    assert "<input name=query" in r.text
 
 
 def test_value_pages_check_what_they_show(open_ui: TestClient) -> None:
@@ -353,3 +355,131 @@ def test_countdowns_and_durations_read_as_short_text() -> None:
     assert "deadline passed" in countdown(999.0, 1000.0)
     later = countdown(4600.0, 1000.0, until=False)
     assert "1 h 0 min left" in later and "soon" not in later and "until" not in later
+
+
+def _start_indexed(ui: TestClient, fid: str, flow_type: str, **attrs: object) -> None:
+    from dex._protocol import FlowSpec, InitialAttribute, StartFlowRequest, StateDecl, encoder
+
+    spec = FlowSpec(
+        flow_type=flow_type,
+        state=[
+            StateDecl(name="region", kind="attribute", index_type="keyword", index_key="Region"),
+            StateDecl(name="amount", kind="attribute", index_type="int", index_key="Amount"),
+        ],
+    )
+    req = StartFlowRequest(flow_type=flow_type, flow_id=fid, spec=spec)
+    req.initial_attributes = [
+        InitialAttribute(name=k, value=msgspec.Raw(json.dumps(v).encode()))
+        for k, v in attrs.items()
+    ]
+    r = ui.post("/v1/flows", content=encoder.encode(req))
+    assert r.status_code == 200, r.text
+
+
+def _listed(html: str) -> list[str]:
+    return re.findall(r"<a href=\"/ui/flow\?id=([^\"]+)\">", html)
+
+
+def test_the_flow_list_searches_indexed_attributes_with_its_filters(open_ui: TestClient) -> None:
+    from dex._protocol import StopFlowRequest, encoder
+
+    for i in range(55):
+        _start_indexed(open_ui, f"eu-{i:02d}", "Order", region="eu", amount=i)
+    _start_indexed(open_ui, "us-1", "Order", region="us", amount=7)
+    _start_indexed(open_ui, "eu-other", "Invoice", region="eu", amount=3)
+    stop = StopFlowRequest(type="cancel", reason="test")
+    assert open_ui.post("/v1/flows/eu-01/stop", content=encoder.encode(stop)).status_code == 200
+
+    r = open_ui.get("/ui/flows", params={"query": "Region = 'us'"})
+    assert r.status_code == 200, r.text
+    assert _listed(r.text) == ["us-1"]
+    assert "<th>Indexed Attributes</th>" in r.text
+    assert '<div data-key="Amount">Amount = 7</div>' in r.text
+    assert '<div data-key="Region">Region = &quot;us&quot;</div>' in r.text
+
+    # Flow type, status, ID prefix and the query narrow together; OR keeps its meaning
+    q = "Amount < 3 OR Region = 'us'"
+    assert sorted(_listed(open_ui.get("/ui/flows", params={"query": q}).text)) == [
+        "eu-00",
+        "eu-01",
+        "eu-02",
+        "us-1",
+    ]
+    typed = open_ui.get("/ui/flows", params={"query": q, "flow_type": "Order", "prefix": "eu-"})
+    assert sorted(_listed(typed.text)) == ["eu-00", "eu-01", "eu-02"]
+    canceled = open_ui.get("/ui/flows", params={"query": q, "status": "canceled"})
+    assert _listed(canceled.text) == ["eu-01"]
+    later = open_ui.get("/ui/flows", params={"query": q, "started_after": "2999-01-01T00:00"})
+    assert _listed(later.text) == [] and "No Flows match." in later.text
+    ordered = open_ui.get("/ui/flows", params={"query": "Amount < 3 ORDER BY Amount DESC"})
+    assert _listed(ordered.text) == ["eu-02", "eu-01", "eu-00"]
+
+    # pages follow the search's own token and keep the query
+    first = open_ui.get("/ui/flows", params={"query": "Region = 'eu'", "flow_type": "Order"})
+    page1 = _listed(first.text)
+    assert len(page1) == 50
+    more = re.search(r'<a href="(/ui/flows\?[^"]+)">Next page</a>', first.text)
+    assert more is not None and "query=" in more.group(1)
+    second = open_ui.get(more.group(1).replace("&amp;", "&"))
+    page2 = _listed(second.text)
+    assert sorted(page1 + page2) == sorted(f"eu-{i:02d}" for i in range(55))
+    assert "Next page" not in second.text
+
+    # an empty query is the plain listing (no Indexed column)
+    plain = open_ui.get("/ui/flows", params={"query": "  ", "prefix": "us-"})
+    assert _listed(plain.text) == ["us-1"] and "Indexed Attributes" not in plain.text
+
+
+def test_a_bad_query_shows_the_parser_message_and_runs_nothing(open_ui: TestClient) -> None:
+    _start_indexed(open_ui, "o-1", "Order", region="eu", amount=1)
+    query = "Region = 'eu' AND Amount >> 3"
+    at = query.index(">>") + 1
+    r = open_ui.get("/ui/flows", params={"query": query})
+    assert r.status_code == 400
+    assert "Not searched: search query:" in r.text
+    assert f"at position {at} near &#x27;&gt;&#x27;" in r.text
+    caret = re.search(r'<pre class="query-error" id="query-error">([^<]*)</pre>', r.text)
+    assert caret is not None
+    line, mark = caret.group(1).split("\n")
+    assert mark.index("^") == at and line.startswith("Region = &#x27;eu&#x27;")
+    assert "<tbody></tbody>" in r.text
+    # the position is the person's own even with filters added around their text
+    typed = open_ui.get("/ui/flows", params={"query": "Nope = 1", "flow_type": "Order"})
+    assert typed.status_code == 400 and "unknown field &#x27;Nope&#x27;" in typed.text
+    assert "at position 0" in typed.text
+    token = open_ui.get("/ui/flows", params={"query": "Amount = 1", "page_token": "junk"})
+    assert token.status_code == 400 and "bad page_token" in token.text
+
+
+def test_listing_conditions_quote_values_and_keep_order_by_last() -> None:
+    from dex_server.engine.query import (
+        And,
+        Compare,
+        FieldType,
+        listing_conditions,
+        parse_query,
+        with_conditions,
+    )
+
+    assert with_conditions("A = 1 OR B = 2", []) == "A = 1 OR B = 2"
+    conds = listing_conditions(status="running", flow_type="it's", flow_id_prefix="a\\'b")
+    text = with_conditions("A = 1 OR B = 2 ORDER BY A DESC", conds)
+    assert text == (
+        "ExecutionStatus = 'running' AND FlowType = 'it''s' AND FlowId STARTS_WITH 'a\\\\''b'"
+        " AND (A = 1 OR B = 2) ORDER BY A DESC"
+    )
+    fields = {"A": FieldType.INT, "B": FieldType.INT}
+    parsed = parse_query(text, fields)
+    assert [o.field for o in parsed.order] == ["A"]
+    assert isinstance(parsed.where, And)
+    prefix = parsed.where.parts[2]
+    assert isinstance(prefix, Compare) and prefix.values == ("a\\'b",)
+    # a quoted 'ORDER BY' is text, not the ordering
+    quoted_order = with_conditions("Name = 'x ORDER BY y'", ["A = 1"])
+    assert quoted_order == "A = 1 AND (Name = 'x ORDER BY y')"
+    times = listing_conditions(started_after=0.0, started_before=60.0)
+    assert times == [
+        "StartTime >= '1970-01-01T00:00:00+00:00'",
+        "StartTime < '1970-01-01T00:01:00+00:00'",
+    ]
+    assert with_conditions("ORDER BY A", ["A = 1"]) == "A = 1 ORDER BY A"

@@ -198,9 +198,13 @@ def force_complete_if_channels_empty(
 ) -> StepDecision:
     """Complete the Flow with ``output`` if ``channels`` hold no message, else go to ``fallback``.
 
-    The decision can be built, but returning it from ``execute`` fails the attempt (not
-    retried) with ``FeatureNotAvailableError("force_complete_if_channels_empty")``: this
-    release does not run it yet.
+    The server decides when it commits this ``execute`` result, atomically with it: when
+    every listed Channel and every instance of every listed ChannelMap is empty (counting
+    messages this execute publishes), the Flow completes as with ``force_complete``;
+    otherwise ``fallback`` is scheduled as with ``go_to``. Use it to finish a consumer
+    loop without losing a message published meanwhile; each listed Channel should be
+    consumed by one Step type only. The history's ``StepExecuteCompleted`` event says
+    which branch was taken (``resolvedDecision``).
 
     Raises:
         TypeError: ``fallback`` is not a ``StepMovement``.

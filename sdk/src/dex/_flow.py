@@ -125,9 +125,19 @@ class Flow(Generic[T]):
         return None
 
     def handle_timeout(self, context: Context) -> StepDecision:
-        """Decide what a Flow whose run timed out does (Flow timeouts).
+        """Decide what a Flow whose soft timeout passed does; return any ``StepDecision``.
 
-        Flow timeouts are not run by this release: this is never called, and the default
-        raises ``FeatureNotAvailableError`` (a ``NotImplementedError``) naming the feature.
+        Runs once per run, on a Worker, as an Execute-like invocation of Step type
+        ``sys:timeout_handler`` (``context.step_type``), when the Flow was started with
+        ``StartFlowOptions(timeout=...)`` and the policy ``HANDLER``, or ``DEFAULT`` with
+        this method overridden. The Flow's other Steps keep running meanwhile: return
+        ``force_complete`` / ``force_fail`` to end it, ``go_to`` to add a Step, or
+        ``dead_end()`` to let it go on. Attribute writes and Channel publishes commit with
+        the decision. ``StartFlowOptions.timeout_handler_options`` gives its method
+        timeout, retries, locks, loads and a failure route; without a route, a handler
+        that fails for good fails the Flow. The method may be ``async def``.
+
+        The default raises ``FeatureNotAvailableError``: with the ``HANDLER`` policy and
+        no override the handler fails (and a ``DEFAULT`` policy never calls it).
         """
-        feature_not_available("Flow timeouts (Flow.handle_timeout)")
+        feature_not_available("Flow timeouts handled by Flow.handle_timeout (not overridden)")

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 from msgspec import Raw
 
 from dex._context import AsyncContext, Context, _Invocation
-from dex._protocol import ErrorInfo, StateValues, Task, TaskResult
+from dex._protocol import TIMEOUT_HANDLER_STEP, ErrorInfo, StateValues, Task, TaskResult
 from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
-from dex._step import HeartbeatOutput, StepOutput, StreamOutput
+from dex._step import HeartbeatOutput, StepOutput, StreamOutput, handler_kind
 from dex._subflow_wire import subflow_condition_spec
 from dex.errors import (
     DexError,
@@ -156,6 +156,8 @@ async def _invoke(
         raise DexError(f"Flow type {task.flow_type!r} is not registered here") from None
     if task.kind == "rpc":
         return await _invoke_rpc(entry, task, io, executor)
+    if task.step_type == TIMEOUT_HANDLER_STEP and task.kind == "execute":
+        return await _invoke_timeout_handler(entry, task, io, executor)
     se = entry.steps.get(task.step_type or "")
     if se is None:
         raise DexError(f"Step type {task.step_type!r} is not in Flow {task.flow_type!r}")
@@ -184,6 +186,25 @@ async def _invoke(
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     with _deterministic():
         decision = decision_spec(result, entry, se.step_type)
+    return _result(inv, decision=decision)
+
+
+async def _invoke_timeout_handler(
+    entry: FlowEntry, task: Task, io: TaskIO, executor: Executor | None
+) -> TaskResult:
+    """Run ``Flow.handle_timeout`` as an Execute-like invocation; it returns a decision."""
+    inv = _Invocation(
+        task,
+        "execute",
+        declared=entry.declared,
+        codec=entry.codec,
+        io=io,
+        loop=asyncio.get_running_loop(),
+    )
+    fn = entry.flow.handle_timeout
+    result = await _run(fn, handler_kind(type(entry.flow).handle_timeout), inv, (), executor)
+    with _deterministic():
+        decision = decision_spec(result, entry, TIMEOUT_HANDLER_STEP)
     return _result(inv, decision=decision)
 
 

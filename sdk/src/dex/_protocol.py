@@ -19,7 +19,7 @@ Transport:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import Raw, Struct
@@ -107,6 +107,10 @@ class StateDecl(Struct, kw_only=True, omit_defaults=True):
     name: str
     kind: Literal["attribute", "attribute_map", "channel", "channel_map", "stream"]
     stream_capacity_bytes: int | None = None
+    index_type: str | None = None
+    """Search index type of an Attribute (``IndexType`` value), None when not indexed."""
+    index_key: str = ""
+    """The search field of an indexed Attribute (``""``: its name)."""
 
 
 class FlowSpec(Struct, kw_only=True, omit_defaults=True):
@@ -117,6 +121,12 @@ class FlowSpec(Struct, kw_only=True, omit_defaults=True):
     steps: list[StepSpec] = []
     rpcs: list[RpcSpec] = []
     state: list[StateDecl] = []
+    # the Flow overrides ``handle_timeout`` (a DEFAULT timeout policy then runs it)
+    has_timeout_handler: bool = False
+
+
+# the Step type of a Flow's soft-timeout timer and of its handler's invocation
+TIMEOUT_HANDLER_STEP = "sys:timeout_handler"
 
 
 # --------------------------------------------------------------------------- waits, decisions
@@ -161,8 +171,15 @@ class ConditionSpec(Struct, kw_only=True, omit_defaults=True):
 
 
 class WaitSpec(Struct, kw_only=True, omit_defaults=True):
-    mode: Literal["all", "any", "skip"] = "all"
+    """A Wait; for ``any_combination``, ``groups`` lists its combinations.
+
+    Each group (declaration order) holds indices into ``conditions``, which lists each
+    distinct condition once, in order of first appearance.
+    """
+
+    mode: Literal["all", "any", "skip", "any_combination"] = "all"
     conditions: list[ConditionSpec] = []
+    groups: list[list[int]] = []
 
 
 class Movement(Struct, kw_only=True, omit_defaults=True):
@@ -172,8 +189,24 @@ class Movement(Struct, kw_only=True, omit_defaults=True):
 
 
 class DecisionSpec(Struct, kw_only=True, omit_defaults=True):
-    kind: Literal["go_to", "graceful_complete", "force_complete", "force_fail", "dead_end"]
+    """An execute decision.
+
+    ``force_complete_if_channels_empty`` completes with ``output`` when ``empty_channels``
+    (physical Channel names) and every instance of ``empty_channel_maps`` hold no message
+    at commit, else goes to ``movements[0]``.
+    """
+
+    kind: Literal[
+        "go_to",
+        "graceful_complete",
+        "force_complete",
+        "force_fail",
+        "dead_end",
+        "force_complete_if_channels_empty",
+    ]
     movements: list[Movement] = []
+    empty_channels: list[str] = []
+    empty_channel_maps: list[str] = []
     output: OptionalRaw = None
     reason: str | None = None
     cancel_steps: list[str] = []
@@ -436,6 +469,39 @@ class InitialAttribute(Struct, kw_only=True):
     value: Raw
 
 
+class WorkerTargetWire(Struct, kw_only=True, omit_defaults=True):
+    address: str = ""
+    headless: bool = False
+    pull: bool = False
+
+
+class FlowConfigWire(Struct, kw_only=True, omit_defaults=True):
+    """A Flow's ``FlowConfig``; a field left None keeps the current (or default) value.
+
+    ``attribute_store_names=[]`` is kept as given (it disables Attribute Stores).
+    """
+
+    active_step_search_mode: Literal["default", "all", "with_wait_for", "disabled"] | None = None
+    continue_as_new_threshold: int | None = None
+    continue_as_new_page_size_bytes: int | None = None
+    step_durability: Literal["default", "sync", "async"] | None = None
+    worker_target: WorkerTargetWire | None = None
+    attribute_store_names: list[str] | None = None
+
+
+class FlowTimeoutSpec(Struct, kw_only=True, omit_defaults=True):
+    """A Flow's soft timeout: ``timeout_s`` after the start, what ``policy`` does then.
+
+    ``handler`` holds the timeout handler's options (an Execute-like invocation of
+    ``Flow.handle_timeout``, Step type ``sys:timeout_handler``): its ``execute_*`` fields
+    and ``execute_failure_step`` apply.
+    """
+
+    timeout_s: float
+    policy: Literal["default", "fail", "cancel", "handler"] = "default"
+    handler: StepOptionsSpec | None = None
+
+
 class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     flow_type: str
     flow_id: str
@@ -455,6 +521,15 @@ class StartFlowRequest(Struct, kw_only=True, omit_defaults=True):
     # optional features the start depends on (a Flow timeout, a retry policy, ...); a
     # server that does not run one refuses the start with FEATURE_NOT_AVAILABLE
     requires: list[str] = []
+    config: FlowConfigWire | None = None
+    timeout: FlowTimeoutSpec | None = None
+
+
+class SkipTimerRequest(Struct, kw_only=True, omit_defaults=True):
+    """Which timer of a waiting Step execution to fire now (exactly one selector)."""
+
+    condition_id: str | None = None
+    condition_index: int | None = None
 
 
 class StartFlowResponse(Struct, kw_only=True):
@@ -488,6 +563,9 @@ class FlowInfoWire(Struct, kw_only=True, omit_defaults=True):
     status: Literal["running", "completed", "failed", "canceled", "terminated"]
     started_at: float
     closed_at: float | None = None
+    config: FlowConfigWire | None = None
+    # absolute soft-timeout deadline (unix seconds) of the run, if it has one
+    timeout_at: float | None = None
 
 
 class CompletionWire(Struct, kw_only=True, omit_defaults=True):
@@ -506,6 +584,31 @@ class FlowResultWire(Struct, kw_only=True, omit_defaults=True):
 class FlowListResponse(Struct, kw_only=True, omit_defaults=True):
     flows: list[FlowInfoWire]
     next_page_token: str | None = None
+
+
+class SearchFlowWire(Struct, kw_only=True, omit_defaults=True):
+    """One Flow run found by a search, with its indexed Attribute values by index key."""
+
+    flow_id: str
+    run_id: str
+    flow_type: str
+    status: str
+    started_at: float
+    closed_at: float | None = None
+    indexed_attributes: dict[str, Any] = {}
+
+
+class SearchFlowsResponse(Struct, kw_only=True, omit_defaults=True):
+    """One page of ``GET /v1/flows?query=...``; ``next_page_token`` is None on the last."""
+
+    flows: list[SearchFlowWire]
+    next_page_token: str | None = None
+
+
+class AttributeMatchResponse(Struct, kw_only=True, omit_defaults=True):
+    """The committed value that satisfied ``GET /v1/flows/{id}/attributes/match``."""
+
+    value: OptionalRaw = None
 
 
 class HistoryEventWire(Struct, kw_only=True, omit_defaults=True):
@@ -665,6 +768,9 @@ class ErrorCode:
     UNAVAILABLE = "UNAVAILABLE"
     FEATURE_NOT_AVAILABLE = "FEATURE_NOT_AVAILABLE"
     INTERNAL = "INTERNAL"
+    STEP_EXECUTION_NOT_FOUND = "STEP_EXECUTION_NOT_FOUND"
+    TIMER_NOT_FOUND = "TIMER_NOT_FOUND"
+    TIMER_NOT_PENDING = "TIMER_NOT_PENDING"
 
 
 HTTP_STATUS: dict[str, int] = {
@@ -688,6 +794,9 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.FEATURE_NOT_AVAILABLE: 422,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.STEP_EXECUTION_NOT_FOUND: 404,
+    ErrorCode.TIMER_NOT_FOUND: 404,
+    ErrorCode.TIMER_NOT_PENDING: 412,
 }
 
 worker_frame_decoder: msgspec.json.Decoder[WorkerFrame] = msgspec.json.Decoder(WorkerFrame)

@@ -85,7 +85,17 @@ def _declare(entry: FlowEntry, schema: PersistenceSchema, flow_type: str) -> lis
         except FlowDefinitionError as exc:
             raise FlowDefinitionError(f"Flow {flow_type}, state {d.name!r}: {exc}") from exc
         cap = d.stream_capacity_bytes if isinstance(d, Stream) else None
-        decls.append(StateDecl(name=d.name, kind=d.kind, stream_capacity_bytes=cap))  # type: ignore[arg-type]
+        index = getattr(d, "index", None)
+        decl = StateDecl(name=d.name, kind=d.kind, stream_capacity_bytes=cap)  # type: ignore[arg-type]
+        if index is not None:
+            if d.kind == "attribute_map" and not index.index_key:
+                raise FlowDefinitionError(
+                    f"Flow {flow_type}, AttributeMap {d.name!r}: an indexed map needs an"
+                    " explicit index_key"
+                )
+            decl.index_type = index.type.value
+            decl.index_key = index.index_key or d.name
+        decls.append(decl)
     return decls
 
 
@@ -237,6 +247,7 @@ def compile_flow(flow: Flow[Any], codecs: CodecRegistry | None, *, allow_async: 
         steps=[se.spec for se in entry.steps.values()],
         rpcs=rpcs,
         state=state,
+        has_timeout_handler=type(flow).handle_timeout is not Flow.handle_timeout,
     )
     return entry
 

@@ -18,7 +18,7 @@ from dex._protocol import (
     WaitSpec,
 )
 from dex._waits import ChannelCondition, Wait
-from dex.errors import FlowDefinitionError, InvalidStepResultError, feature_not_available
+from dex.errors import FlowDefinitionError, InvalidStepResultError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -197,7 +197,8 @@ def wait_spec(
             "wait_for",
             f"wait_for must return a Wait, got {type(wait).__qualname__}: {wait!r:.100}",
         )
-    for c in wait.conditions:
+    grouped = [c for group in wait.combinations for c in group.conditions]
+    for c in (*wait.conditions, *grouped):
         if isinstance(c, ChannelCondition) and entry.declared.get(c.name) != c.kind:
             raise InvalidStepResultError(
                 entry.flow_type,
@@ -266,6 +267,41 @@ def step_types(
     return out
 
 
+def _conditional_complete_spec(
+    d: StepDecision, entry: FlowEntry, step_type: str | None
+) -> DecisionSpec:
+    """Wire form of ``force_complete_if_channels_empty``; the channels must be declared."""
+    from dex._codec import ANY_CODEC
+    from dex._state import Channel, ChannelMap
+
+    channels: list[str] = []
+    maps: list[str] = []
+    for c in d.empty_channels:
+        kind = "channel" if isinstance(c, Channel) else "channel_map"
+        name = getattr(c, "name", None)
+        if not isinstance(c, Channel | ChannelMap) or entry.declared.get(name or "") != kind:
+            raise InvalidStepResultError(
+                entry.flow_type,
+                step_type,
+                "execute",
+                f"force_complete_if_channels_empty names {c!r:.80}, not a Channel or "
+                f"ChannelMap Flow {entry.flow_type!r} declares",
+            )
+        (channels if kind == "channel" else maps).append(c.name)
+    assert d.fallback is not None
+    return DecisionSpec(
+        kind="force_complete_if_channels_empty",
+        movements=[movement_wire(d.fallback, entry, step_type)],
+        output=None if d.output is None else Raw(ANY_CODEC.encode(d.output)),
+        empty_channels=channels,
+        empty_channel_maps=maps,
+        cancel_steps=step_types(d.canceling_steps, entry, "with_canceling_steps", step_type),
+        cancel_sibling_steps=step_types(
+            d.canceling_sibling_steps, entry, "with_canceling_sibling_steps", step_type
+        ),
+    )
+
+
 def decision_spec(decision: object, entry: FlowEntry, step_type: str | None = None) -> DecisionSpec:
     """Wire form of an ``execute`` result.
 
@@ -287,7 +323,7 @@ def decision_spec(decision: object, entry: FlowEntry, step_type: str | None = No
         )
     d: StepDecision = decision
     if d.kind is DecisionKind.FORCE_COMPLETE_IF_CHANNELS_EMPTY:
-        feature_not_available("force_complete_if_channels_empty")
+        return _conditional_complete_spec(d, entry, step_type)
     if d.kind is DecisionKind.NEXT and not d.movements:
         raise InvalidStepResultError(
             entry.flow_type,

@@ -53,5 +53,8 @@ class TimerId:
 
     @staticmethod
     def by_condition_index(condition_index: int) -> TimerId:
-        """Select the timer at this position among the wait's conditions (from 0)."""
+        """Select the timer at this position among the wait's timers (from 0).
+
+        Only timers are counted: in ``any_of(channel, timer)`` the timer has index 0.
+        """
         return TimerId(condition_index=condition_index)

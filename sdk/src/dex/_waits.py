@@ -99,8 +99,8 @@ class SubFlowCondition(Condition):
 class ConditionCombination:
     """A group of conditions that hold together, for ``Wait.any_combination_of``.
 
-    Condition combinations are not run by this release: a ``wait_for`` returning such a
-    Wait fails (not retried) with ``FeatureNotAvailableError``.
+    Every condition of a combination needs a ``condition_id``; the same ``condition_id``
+    in two combinations is the same condition (it must be the same value).
     """
 
     conditions: tuple[Condition, ...]
@@ -246,8 +246,8 @@ class Wait:
     the first ready condition in canonical order (Timers, then Channels, then SubFlows,
     each in argument order) wins and only it consumes messages.
     ``Wait.skip_immediately()``: no condition.
-    ``Wait.any_combination_of(*combinations)`` can be built but is not run by this
-    release (``FeatureNotAvailableError`` when returned from ``wait_for``).
+    ``Wait.any_combination_of(*combinations)``: the first combination, in declaration
+    order, whose conditions are all ready wins; only its Channel conditions consume.
     """
 
     kind: WaitKind
@@ -297,19 +297,36 @@ class Wait:
     def any_combination_of(*combinations: ConditionCombination) -> Wait:
         """Wait until every condition of one of the ``combinations`` is ready.
 
-        Not run by this release: returning it from ``wait_for`` fails the attempt (not
-        retried) with ``FeatureNotAvailableError``.
+        The first combination in declaration order whose conditions are all ready wins;
+        only its Channel conditions consume messages (matched as ``all_of`` matches: every
+        minimum first, then the rest up to each maximum). ``execute`` reads the consumed
+        messages with ``channel.results(context)``; ``context.has_timer_fired(i)``
+        counts the distinct Timers in order of first appearance.
 
         Raises:
-            ValueError: no combination was given.
+            ValueError: no combination, a condition without ``condition_id``, or one
+                ``condition_id`` given to two different conditions.
             TypeError: a value that is not a ``ConditionCombination``.
 
         """
         if not combinations:
             raise ValueError("Wait.any_combination_of needs at least one ConditionCombination")
-        for c in combinations:
-            if not isinstance(c, ConditionCombination):
-                raise TypeError(f"not a ConditionCombination: {c!r}")
+        by_id: dict[str, Condition] = {}
+        for combination in combinations:
+            if not isinstance(combination, ConditionCombination):
+                raise TypeError(f"not a ConditionCombination: {combination!r}")
+            for c in combination.conditions:
+                cid = getattr(c, "condition_id", None)
+                if not cid:
+                    raise ValueError(
+                        "every condition of Wait.any_combination_of needs a condition_id, "
+                        f"got {c!r}"
+                    )
+                if by_id.setdefault(cid, c) != c:
+                    raise ValueError(
+                        f"condition_id {cid!r} names two different conditions in "
+                        "Wait.any_combination_of"
+                    )
         return Wait(WaitKind.ANY_COMBINATION_OF, (), tuple(combinations))
 
     @staticmethod
@@ -323,22 +340,42 @@ class Wait:
         """Return the wire form; ``subflow`` builds a SubFlow condition's (a Worker's part).
 
         Raises:
-            FeatureNotAvailableError: a condition combination, or a SubFlow condition
-                without ``subflow``.
+            FeatureNotAvailableError: a SubFlow condition without ``subflow``.
 
         """
         mode = _WIRE_MODE.get(self.kind)
         if mode is None:
-            feature_not_available("Wait.any_combination_of (condition combinations)")
-        specs = []
-        for c in self.conditions:
-            if isinstance(c, SubFlowCondition) and subflow is not None:
-                specs.append(subflow(c))
-                continue
-            if not isinstance(c, TimerCondition | ChannelCondition):
-                feature_not_available("SubFlows")
-            specs.append(c.to_spec())
-        return WaitSpec(mode=mode, conditions=specs)
+            return self._combinations_spec(subflow)
+        return WaitSpec(
+            mode=mode, conditions=[_condition_spec(c, subflow) for c in self.conditions]
+        )
+
+    def _combinations_spec(
+        self, subflow: Callable[[SubFlowCondition], ConditionSpec] | None
+    ) -> WaitSpec:
+        index: dict[str, int] = {}
+        specs: list[ConditionSpec] = []
+        groups: list[list[int]] = []
+        for combination in self.combinations:
+            group = []
+            for c in combination.conditions:
+                cid = getattr(c, "condition_id", None) or ""
+                if cid not in index:
+                    index[cid] = len(specs)
+                    specs.append(_condition_spec(c, subflow))
+                group.append(index[cid])
+            groups.append(group)
+        return WaitSpec(mode="any_combination", conditions=specs, groups=groups)
+
+
+def _condition_spec(
+    c: Condition, subflow: Callable[[SubFlowCondition], ConditionSpec] | None
+) -> ConditionSpec:
+    if isinstance(c, SubFlowCondition) and subflow is not None:
+        return subflow(c)
+    if not isinstance(c, TimerCondition | ChannelCondition):
+        feature_not_available("SubFlows")
+    return c.to_spec()
 
 
 def _checked(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:

@@ -28,7 +28,10 @@ The tree::
             ├── LimitExceededError
             ├── UnauthenticatedError
             ├── BadRequestError
-            └── ServiceUnavailableError   (retryable)
+            ├── ServiceUnavailableError   (retryable)
+            ├── StepExecutionNotFoundError
+            ├── TimerNotFoundError
+            └── TimerNotPendingError
 
     Exception
     └── RetryAfterError                  raised by a handler (``raise retry_after(s, cause)``)
@@ -502,6 +505,31 @@ class ServiceUnavailableError(DexServiceError):
     _default_error_code = ErrorCode.UNAVAILABLE
 
 
+class StepExecutionNotFoundError(DexServiceError):
+    """The Flow's latest run has no Step execution with that ``StepExecutionId`` (yet).
+
+    Raised by ``wait_for_step_completion`` and ``skip_timer``: the Step type never ran
+    that many times in the run. Status NOT_FOUND.
+    """
+
+    _default_error_code = ErrorCode.STEP_EXECUTION_NOT_FOUND
+
+
+class TimerNotFoundError(DexServiceError):
+    """``skip_timer`` named a timer the execution's Wait does not have (status NOT_FOUND).
+
+    Also raised while the execution is not parked on a Wait yet (its ``wait_for`` runs).
+    """
+
+    _default_error_code = ErrorCode.TIMER_NOT_FOUND
+
+
+class TimerNotPendingError(DexServiceError):
+    """``skip_timer`` named a timer that already fired or was skipped (FAILED_PRECONDITION)."""
+
+    _default_error_code = ErrorCode.TIMER_NOT_PENDING
+
+
 _RETRYABLE = frozenset(
     {
         ErrorCode.RPC_LOCK_CONFLICT,
@@ -594,6 +622,21 @@ _BY_CODE: dict[str, tuple[type[DexServiceError], StatusCode, ErrorSubStatus]] = 
         ErrorSubStatus.UNCATEGORIZED,
     ),
     ErrorCode.INTERNAL: (DexServiceError, StatusCode.INTERNAL, ErrorSubStatus.UNCATEGORIZED),
+    ErrorCode.STEP_EXECUTION_NOT_FOUND: (
+        StepExecutionNotFoundError,
+        StatusCode.NOT_FOUND,
+        ErrorSubStatus.UNCATEGORIZED,
+    ),
+    ErrorCode.TIMER_NOT_FOUND: (
+        TimerNotFoundError,
+        StatusCode.NOT_FOUND,
+        ErrorSubStatus.UNCATEGORIZED,
+    ),
+    ErrorCode.TIMER_NOT_PENDING: (
+        TimerNotPendingError,
+        StatusCode.FAILED_PRECONDITION,
+        ErrorSubStatus.UNCATEGORIZED,
+    ),
     ErrorCode.NOT_FOUND: (DexServiceError, StatusCode.NOT_FOUND, ErrorSubStatus.UNCATEGORIZED),
     ErrorCode.METHOD_NOT_ALLOWED: (
         DexServiceError,

@@ -16,6 +16,7 @@ from tests.e2e_flows import (
     read_flows,
     reconnect_flows,
     rpc_flows,
+    search_flows,
     state_flows,
     step_flows,
     subflow_flows,
@@ -39,6 +40,7 @@ def all_flows() -> Registry:
             *defect_flows.FLOWS,
             *reconnect_flows.FLOWS,
             *subflow_flows.FLOWS,
+            *search_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
         help="most open connections (default: the open-file limit less 64)",
     )
     p.add_argument("--no-web", action="store_true", help="do not serve Dex Web at /ui")
+    p.add_argument(
+        "--max-sse-connections", type=int, default=1000, help="most open SSE connections"
+    )
+    p.add_argument(
+        "--sse-heartbeat-s", type=float, default=15.0, help="seconds between SSE heartbeats"
+    )
     return p
 
 
@@ -116,6 +122,8 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         http_keep_alive_s=a.http_keep_alive_s,
         max_connections=a.max_connections,
         web=not a.no_web,
+        max_sse_connections=a.max_sse_connections,
+        sse_heartbeat_s=a.sse_heartbeat_s,
     )
 
 

@@ -89,6 +89,11 @@ class ServerConfig:
         web: serve Dex Web, the browser UI, at ``/ui`` (and redirect ``/`` there) on the
             same port (default ``True``; ``--no-web`` turns it off). It signs in with
             ``token`` when one is set.
+        max_sse_connections: most Server-Sent Events connections open at once (Stream and
+            history feeds, API and Dex Web together; default 1000). One more is answered
+            ``503 UNAVAILABLE`` naming the limit.
+        sse_heartbeat_s: seconds between the comment lines an idle Server-Sent Events
+            connection gets, so proxies keep it open (default 15).
 
     """
 
@@ -118,6 +123,8 @@ class ServerConfig:
     http_keep_alive_s: float = 5.0
     max_connections: int | None = None
     web: bool = True
+    max_sse_connections: int = 1000
+    sse_heartbeat_s: float = 15.0
 
     def __post_init__(self) -> None:
         if (self.database_path is None) == (self.database_url is None):
@@ -141,6 +148,14 @@ class ServerConfig:
         for name in ("max_header_bytes", "max_header_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_sse_connections < 1:
+            raise ValueError(
+                f"max_sse_connections must be at least 1, not {self.max_sse_connections}"
+            )
+        if not (math.isfinite(self.sse_heartbeat_s) and self.sse_heartbeat_s > 0):
+            raise ValueError(
+                f"sse_heartbeat_s must be a finite positive number, not {self.sse_heartbeat_s}"
+            )
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
         for name in ("http_head_timeout_s", "http_body_timeout_s", "http_keep_alive_s"):
@@ -227,6 +242,15 @@ class _Server(uvicorn.Server):
             _write_atomically(self._address_file, self.address)
         for event in self._on_ready:
             event.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # open Server-Sent Events feeds end now instead of holding the graceful shutdown
+        runtime = getattr(getattr(self.config.app, "state", None), "runtime", None)
+        if runtime is not None:
+            from dex_server.api._sse import slots_of
+
+            slots_of(runtime).close_all()
+        await super().shutdown(sockets)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -121,6 +121,8 @@ _FLAGS = {
     "http_body_timeout_s": "--http-body-timeout-s",
     "http_keep_alive_s": "--http-keep-alive-s",
     "max_connections": "--max-connections",
+    "max_sse_connections": "--max-sse-connections",
+    "sse_heartbeat_s": "--sse-heartbeat-s",
 }
 
 

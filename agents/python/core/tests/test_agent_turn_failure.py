@@ -12,13 +12,18 @@ async def test_a_failed_turn_leaves_a_note_of_the_tool_calls_that_ran(
     scenario: ScenarioFactory,
 ) -> None:
     async with scenario("failing_turn") as s:
-        await s.stack.start_worker()
+        worker = await s.stack.start_worker()
         await s.sessions.start_session("fail-1", "where is order 7?")
         snapshot = await wait_idle(s.sessions, "fail-1", turns=1, timeout=60)
 
         assert snapshot.state is not None
         assert snapshot.state.last_turn_error
         assert "model down" in snapshot.state.last_turn_error
+        # The Worker's log shows each failed model call with its traceback, and the turn.
+        worker_log = worker.log_tail(200_000)
+        assert "Step RunModel.execute of Flow" in worker_log
+        assert "Traceback (most recent call last)" in worker_log
+        assert "turn turn-1 failed:" in worker_log and "model down" in worker_log
         assert snapshot.tool_calls == []  # the turn's records are cleared
         notes = [m for m in snapshot.messages if m.text.startswith(FAILURE_NOTE_PREFIX)]
         assert len(notes) == 1

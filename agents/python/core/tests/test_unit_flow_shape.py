@@ -58,9 +58,12 @@ def test_flow_shape_matches_the_seeds() -> None:
         "CallSingleAttemptTool",
         "RecordToolFailure",
         "RecordToolOutcomeUnknown",
+        "ReconcileToolCall",
+        "RecordReconcileFailure",
         "ResumeTurn",
         "RecordTurnFailure",
         "StopTurn",
+        "RaiseToolQuestion",
     }
     rpcs = {r.name: r for r in flow_spec.rpcs}
     assert set(rpcs) == {
@@ -70,6 +73,7 @@ def test_flow_shape_matches_the_seeds() -> None:
         "list_agent_messages",
         "steer_user_message",
         "cancel_turn",
+        "reconcile_tool_call",
     }
     assert rpcs["send_user_message"].is_transactional
     assert rpcs["resolve_interrupt"].locks == ["PendingInterrupts"]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dex_agents import AgentInterrupt, AgentSnapshot, ToolCallStatus, ToolEffect
+import json
+
+from dex_agents import AgentInterrupt, AgentSnapshot, MessageRole, ToolCallStatus, ToolEffect
 from dex_agents.testing import tool_call_kind, wait_for_agent_snapshot
 
 from tests.conftest import Scenario, ScenarioFactory
@@ -49,3 +51,26 @@ async def test_the_model_sees_a_rejection_as_a_tool_error(scenario: ScenarioFact
         assert s.log.count(tool_call_kind("issue_refund")) == 0
         tool_item = next(m.framework_item for m in snapshot.messages if m.role == "tool")
         assert tool_item["data"]["status"] == "error"
+
+
+async def test_edited_arguments_run_and_the_model_sees_the_edited_call(
+    scenario: ScenarioFactory,
+) -> None:
+    async with scenario("desk") as s:
+        await s.stack.start_worker()
+        interrupt = await pending_refund(s, "edit-1")
+        edited = json.dumps({"order_id": 7, "amount": 5})
+        assert await s.sessions.resolve_interrupt(
+            "edit-1", interrupt.interrupt_id, True, arguments=edited, approver="kim"
+        )
+        snapshot = await wait_idle(s.sessions, "edit-1", turns=1)
+        assert "refunded 5 on order 7" in final_answer(snapshot)
+        # The stored AI message (the model's history) asks for the arguments that ran.
+        asked = [
+            call["args"]
+            for m in snapshot.messages
+            if m.role is MessageRole.ASSISTANT
+            for call in (m.framework_item.get("data", {}).get("tool_calls") or [])
+            if call["name"] == "issue_refund"
+        ]
+        assert asked == [{"order_id": 7, "amount": 5}]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from dex_agents import AgentInterrupt, AgentSnapshot, MessageRole, ToolCallStatus
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, wait_for_agent_snapshot
 
@@ -67,3 +69,21 @@ async def test_outcome_unknown_is_rendered_to_the_model(scenario: ScenarioFactor
             "taken effect"
         )
         assert "Check before trying it again." in answer
+
+
+async def test_edited_arguments_run_and_the_output_names_them(scenario: ScenarioFactory) -> None:
+    async with scenario("desk") as s:
+        await s.stack.start_worker()
+        interrupt = await pending_refund(s, "edit-1")
+        edited = json.dumps({"order_id": 7, "amount": 9})
+        assert await s.sessions.resolve_interrupt(
+            "edit-1", interrupt.interrupt_id, True, arguments=edited, approver="sam"
+        )
+        snapshot = await wait_idle(s.sessions, "edit-1", turns=1)
+        assert s.log.count(tool_kind("issue_refund")) == 1
+        # The function_call_output the model reads says which arguments the call ran with.
+        [output] = [m.framework_item for m in snapshot.messages if m.role is MessageRole.TOOL]
+        assert output["output"] == (
+            f"[The approver changed the arguments; the call ran with {edited}] "
+            "refunded 9 on order 7"
+        )

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from dex_agents import AgentSnapshot, ToolCallStatus, ToolEffect
 from dex_agents.testing import wait_for_agent_snapshot
 
@@ -66,3 +68,29 @@ async def test_outcome_unknown_is_rendered_to_the_model(scenario: ScenarioFactor
         final = snapshot.messages[-1].text
         assert "issue_refund[failed]=The outcome of this tool call is unknown" in final
         assert "payment service closed the connection" in final
+
+
+async def test_edited_arguments_run_and_the_model_sees_the_call_as_it_ran(
+    scenario: ScenarioFactory,
+) -> None:
+    async with scenario("approval") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("e1", "My order 1042 arrived broken, refund it")
+        interrupt_id = await wait_for_refund_approval(s, "e1")
+        edited = json.dumps({"order_id": 1042, "amount": 100})
+        assert await s.sessions.resolve_interrupt(
+            "e1", interrupt_id, approved=True, arguments=edited, approver="lee"
+        )
+        snapshot = await s.wait_for_answers("e1", 1)
+        assert "refund of $100 issued for order 1042" in snapshot.messages[-1].text
+        # The stored model response (what the model reads next) carries the edited call.
+        calls = [
+            part
+            for m in snapshot.messages
+            if isinstance(m.framework_item, dict) and m.framework_item.get("kind") == "response"
+            for part in m.framework_item["parts"]
+            if part.get("part_kind") == "tool-call" and part["tool_name"] == "issue_refund"
+        ]
+        assert len(calls) == 1
+        args = calls[0]["args"]
+        assert (json.loads(args) if isinstance(args, str) else args)["amount"] == 100

@@ -10,13 +10,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dex._client import _defs
+from dex._client import _defs, _search
 from dex._client._options import (
     ClientOptions,
     RPCInvokeOptions,
     StartFlowOptions,
     StopFlowOptions,
     TimeTravelOptions,
+    flow_timeout_spec,
     required_start_features,
     seconds,
 )
@@ -30,7 +31,7 @@ from dex._client._types import (
     StreamMessagesPage,
 )
 from dex._client._wait_options import WaitForStepCompletionOptions
-from dex._flow_config import FlowConfig
+from dex._flow_config import FlowConfig, config_to_wire
 from dex._protocol import (
     AttributeValuesWire,
     FlowInfoWire,
@@ -44,6 +45,7 @@ from dex._protocol import (
     InvokeRpcResponse,
     LoadSpec,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -54,7 +56,13 @@ from dex._protocol import (
 from dex._step_execution import StepExecutionId, TimerId
 from dex._transport import HttpTransport
 from dex._worker_target import is_pull_target
-from dex.errors import ErrorSubStatus, LongPollTimeoutError, StatusCode, feature_not_available
+from dex.errors import (
+    ErrorSubStatus,
+    LongPollTimeoutError,
+    RequestTimeoutError,
+    StatusCode,
+    feature_not_available,
+)
 
 if TYPE_CHECKING:
     from dex._blob_cache import BlobCache
@@ -148,9 +156,11 @@ class AsyncClient:
         Raises:
             FlowDefinitionError: ``flow`` is not the instance the Registry holds (another
                 instance of the same class included), or its type is not registered.
-            FeatureNotAvailableError: ``options`` sets a Flow timeout, a Flow retry policy,
-                or a ``config_override`` field the server does not run (it refuses the
-                start, and nothing is started).
+            FeatureNotAvailableError: ``options`` sets a Flow retry policy or a listening
+                ``config_override.worker_target``, or a feature the server does not run
+                (it refuses the start, and nothing is started).
+            BadRequestError: a Flow timeout over 100 years, handler options with the FAIL
+                or CANCEL policy, or an invalid ``config_override`` value.
             FlowAlreadyStartedError: the ID is taken and the reuse policy rejects a new run.
             BadRequestError: ``flow_id`` is empty.
             ValueMappingError: ``input`` or an initial value does not match its type.
@@ -178,6 +188,10 @@ class AsyncClient:
             ],
             start_delay_s=seconds(options.start_delay),
             requires=required_start_features(options),
+            config=None
+            if options.config_override is None
+            else config_to_wire(options.config_override),
+            timeout=flow_timeout_spec(self.registry.flow_entry(spec.flow_type), options),
         )
         response = await self._http.call(
             "POST", "/v1/flows", StartFlowResponse, body=request, flow_id=flow_id, idempotent=True
@@ -531,9 +545,9 @@ class AsyncClient:
         """
         return await self._http.call("GET", "/v1/health", HealthResponse)
 
-    # ------------------------------------------------------------------ not run yet
-    # Parts of the Dex model this release names but does not run: each raises
-    # FeatureNotAvailableError before anything is sent.
+    # ------------------------------------------------------------------ the rest of the model
+    # search_flows, time_travel, wait_for_attribute_match and trigger_continue_as_new are
+    # named but not run: each raises FeatureNotAvailableError.
 
     async def search_flows(
         self,
@@ -543,23 +557,31 @@ class AsyncClient:
         *,
         include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Search Flows by a query over indexed Attributes (not run by this server yet).
+        """Search Flows by a query over indexed Attributes and system fields; one page.
 
-        The query is sent to the server, which refuses it until search exists;
-        ``list_flows`` lists Flows by type and status meanwhile.
+        The query language: comparisons (``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``),
+        ``AND`` / ``OR`` / ``NOT``, parentheses, ``IN (...)``, ``BETWEEN ... AND ...``,
+        ``STARTS_WITH``, ``IS [NOT] NULL`` and ``ORDER BY field [ASC|DESC]`` (default:
+        newest first). System fields: ``FlowId``, ``RunId``, ``FlowType``,
+        ``ExecutionStatus``, ``StartTime``, ``CloseTime``, ``DexParentFlowID``,
+        ``ActiveStepTypes``. A search sees every committed write.
+
+        Args:
+            query: the query (``""`` matches every Flow).
+            page_size: at most this many Flows (1..1000).
+            next_page_token: the previous page's ``next_page_token`` (``""``: the first).
+            include_continued_as_new: also return runs that continued as new.
 
         Raises:
-            FeatureNotAvailableError: the server does not run Flow search (this release).
-            ServiceUnavailableError: the server cannot be reached.
+            BadRequestError: the query does not parse or type-check (the message names
+                the position and the token), a bad page size, or a token from another
+                query.
+            FeatureNotAvailableError: the server does not run Flow search.
 
         """
-        params = {"query": query, "page_size": str(page_size)}
-        if next_page_token:
-            params["page_token"] = next_page_token
-        await self._http.call("GET", "/v1/flows", FlowListResponse, params=params)
-        # A server that answers a query without refusing it runs search, which this SDK
-        # cannot read yet.
-        feature_not_available("Flow search (search_flows)")
+        return await _search.search_page(
+            self._http, query, page_size, next_page_token, include_continued_as_new
+        )
 
     async def time_travel(self, flow_id: str, options: TimeTravelOptions) -> str:
         """Fork a Flow's history into a new run and return its run ID (not run yet).
@@ -573,47 +595,135 @@ class AsyncClient:
     async def skip_timer(
         self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
     ) -> None:
-        """Fire one pending timer of a Step's wait now (not run yet).
+        """Fire one pending timer of a waiting Step execution now.
+
+        Use it to cut a wait short (a reminder that should go out at once, a test that
+        must not sit through a long timer). The timer is chosen by ``condition_id`` or by
+        its zero-based index among the Wait's timers (other conditions are not counted).
+        The execution wakes as if the timer had fired on its own: with ``Wait.any_of`` it
+        wins, with ``Wait.all_of`` it counts as ready. Returns once the server committed it.
+        The Flow timeout's ``sys:timeout_handler`` timer is skipped with
+        ``StepExecutionId("sys:timeout_handler")`` and index 0.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            ValueError: ``step_execution_id`` has an empty type or a number below 1.
+            StepExecutionNotFoundError: the latest run has no such execution.
+            TimerNotFoundError: its Wait has no such timer, or it is not parked on a Wait.
+            TimerNotPendingError: that timer already fired or was skipped (or the
+                execution's Wait was met).
+            FlowNotActiveOrNotFoundError: the Flow is closed.
+            FlowNotFoundError: no such Flow.
 
         """
-        feature_not_available("skipping timers (skip_timer)")
+        path = _step_path(flow_id, step_execution_id) + "/skip-timer"
+        body = SkipTimerRequest(
+            condition_id=timer_id.condition_id, condition_index=timer_id.condition_index
+        )
+        await self._http.raw("POST", path, body=body, flow_id=flow_id, idempotent=False)
 
     async def wait_for_step_completion(
         self,
         flow_id: str,
         step_execution_id: StepExecutionId,
-        options: WaitForStepCompletionOptions,
+        options: WaitForStepCompletionOptions = WaitForStepCompletionOptions(),  # noqa: B008
     ) -> None:
-        """Block until one Step execution completes (not run yet).
+        """Block until one Step execution of the Flow's latest run has ended.
+
+        An execution ends when its ``execute`` committed, when it failed for good, or when
+        it was cancelled (closing the Flow ends all of them). Returns at once for one that
+        already ended. The server long-polls in calls of at most 60 s
+        (``options.internal_handler_timeout`` shortens them); this keeps calling until the
+        execution ends or ``options.request_timeout`` (0, the default: no limit) passes.
+        Safe to call from many tasks at once; it changes nothing.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            ValueError: ``step_execution_id`` has an empty type or a number below 1, or a
+                timeout is negative.
+            StepExecutionNotFoundError: the latest run has not created that execution
+                (the Step type ran fewer times).
+            RequestTimeoutError: ``request_timeout`` passed first.
+            FlowNotFoundError: no such Flow.
 
         """
-        feature_not_available("waiting for a Step (wait_for_step_completion)")
+        path = _step_path(flow_id, step_execution_id) + "/completion"
+        total = options.request_timeout.total_seconds()
+        per_call = options.internal_handler_timeout.total_seconds()
+        if total < 0 or per_call < 0:
+            raise ValueError("WaitForStepCompletionOptions timeouts must not be negative")
+        deadline = _deadline(total) if total > 0 else None
+        while True:
+            wait_s = min(per_call, _LONG_POLL_CAP_S) if per_call > 0 else _LONG_POLL_CAP_S
+            if deadline is not None:
+                wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
+            try:
+                await self._http.raw(
+                    "GET",
+                    path,
+                    params={"timeout_s": _fmt(wait_s)},
+                    timeout=wait_s + _LONG_POLL_SLACK_S,
+                    flow_id=flow_id,
+                    idempotent=True,
+                )
+            except LongPollTimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RequestTimeoutError(
+                        StatusCode.DEADLINE_EXCEEDED,
+                        ErrorSubStatus.REQUEST_TIMEOUT,
+                        f"Step execution {step_execution_id} still running after"
+                        f" {total}s (request_timeout)",
+                        "wait_for_step_completion",
+                        flow_id,
+                    ) from None
+                continue
+            return
 
     async def wait_for_attribute_match(
         self, flow_id: str, attribute: Any, *args: object, **kwargs: object
     ) -> Any:
-        """Block until an Attribute or map instance matches an ``AttributeMatch`` (not run yet).
+        """Block until an active Flow's committed Attribute matches; return the value.
+
+        Call as ``(flow_id, attribute, AttributeMatch[, WaitForAttributeOptions])`` or,
+        for a map instance, ``(flow_id, attribute_map, key, AttributeMatch[, options])``
+        (``match=``, ``key=`` and ``options=`` may be given by keyword). Ordering
+        matches take numbers; strings and bools compare for equality only. The server
+        long-polls (at most 60 s per call, or ``internal_handler_timeout``); this keeps
+        calling until a match or ``request_timeout`` (``0``: no limit).
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotActiveOrNotFoundError: no such Flow, or it closed without a match.
+            RequestTimeoutError: ``request_timeout`` passed without a match.
+            BadRequestError: an undeclared Attribute, a value kept as a blob, or an
+                operand its operator does not take.
+            TypeError: wrong arguments (a hard-delete Attribute, no AttributeMatch).
 
         """
-        feature_not_available("waiting for an Attribute (wait_for_attribute_match)")
+        return await _search.wait_match(
+            self._http, self.registry, flow_id, attribute, args, dict(kwargs)
+        )
 
     async def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
-        """Merge ``config`` into a running Flow's ``FlowConfig`` (not run yet).
+        """Merge ``config`` into a running Flow's ``FlowConfig``.
+
+        Every field of ``config`` that is not None replaces the Flow's value; the others
+        keep theirs (``attribute_store_names=[]`` is a value: it disables the stores).
+        ``describe_flow(...).config`` shows the merged config, and the history records a
+        ``FlowConfigUpdated`` event. Step methods that start afterwards use the new
+        ``step_durability``; which fields mean something in this engine is said on
+        ``FlowConfig``. Concurrent updates are applied one after the other.
 
         Raises:
-            FeatureNotAvailableError: always, in this release.
+            FlowNotActiveOrNotFoundError: the Flow is closed or does not exist.
+            BadRequestError: a negative continue-as-new field, a listening
+                ``worker_target`` or an empty Attribute Store name (nothing changes).
 
         """
-        feature_not_available("Flow configuration updates (update_flow_config)")
+        await self._http.raw(
+            "POST",
+            f"/v1/flows/{_Q(flow_id)}/config",
+            body=config_to_wire(config),
+            flow_id=flow_id,
+            idempotent=True,
+        )
 
     async def trigger_continue_as_new(self, flow_id: str) -> None:
         """Make a running Flow continue as a new run (not run yet).
@@ -623,6 +733,19 @@ class AsyncClient:
 
         """
         feature_not_available("continue-as-new (trigger_continue_as_new)")
+
+
+def _step_path(flow_id: str, execution: StepExecutionId) -> str:
+    if not isinstance(execution, StepExecutionId):
+        raise TypeError(f"expected a StepExecutionId, got {type(execution).__name__}")
+    if not execution.step_type or isinstance(execution.number, bool) or execution.number < 1:
+        raise ValueError(
+            f"a StepExecutionId needs a non-empty step_type and a number >= 1, got {execution!r}"
+        )
+    return (
+        f"/v1/flows/{_Q(flow_id)}/steps/{_defs.quote_segment(execution.step_type)}"
+        f"/{int(execution.number)}"
+    )
 
 
 def _deadline(timeout: timedelta | float | None) -> float | None:

@@ -1,9 +1,9 @@
 """Options of the Client calls: frozen records, positional in the documented order.
 
-Fields of features this release does not run yet (Flow timeouts, Flow retries, most of
-``FlowConfig``) are accepted as values. A start that sets one of them to anything but its
-default names the feature in its request (see ``required_start_features``), and a server
+A start that uses an optional feature (a Flow timeout, a ``config_override``, a Flow
+retry policy) names it in its request (see ``required_start_features``), and a server
 that does not run it refuses the start: ``start_flow`` raises ``FeatureNotAvailableError``.
+This release's server runs Flow timeouts and FlowConfig, not Flow retries.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dex._credential import CredentialLike
+from dex._env import DEFAULT_SERVER_ADDRESS, env_credential, env_server_address
 from dex._flow_config import FlowConfig, unsupported_flow_config
 from dex._options import RetryPolicy, StepDurability, seconds
+from dex._protocol import FlowTimeoutSpec
 from dex._state._common import check_map_key
 from dex._worker_target import WorkerTarget
 
 if TYPE_CHECKING:
     from dex._options import StepOptions
+    from dex._registry import FlowEntry
     from dex._step import Step
 
 __all__ = [
@@ -102,13 +105,13 @@ class ClientOptions:
 
     Attributes:
         server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
-            default ``"localhost:8801"``.
+            default: env ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``.
         worker_target: where Flows started by this Client send their tasks. None (the
             default) and a pull target are what this release runs; a listening target
             makes the Client raise ``FeatureNotAvailableError``.
         credential: a ``Credential`` (``FileCredential``, ``ApiKeyCredential``, your
             own) or a fixed bearer token string, for a server started with a token;
-            None sends no token.
+            None (the default) sends the token in env ``DEX_TOKEN`` when set, else none.
         timeout: seconds a single request may take (default 30; keyword only). Long
             polls (``wait_for_flow``, ``read_stream``) add their own wait on top.
 
@@ -117,13 +120,16 @@ class ClientOptions:
 
     """
 
-    server_address: str = "localhost:8801"
+    server_address: str = DEFAULT_SERVER_ADDRESS
     worker_target: WorkerTarget | None = None
     credential: CredentialLike = None
     _: dataclasses.KW_ONLY
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        # The environment fills in only what the caller left unset.
+        object.__setattr__(self, "server_address", env_server_address(self.server_address))
+        object.__setattr__(self, "credential", env_credential(self.credential))
         _check_duration("ClientOptions", "timeout", self.timeout, zero=False)
 
 
@@ -140,8 +146,11 @@ class InitialAttribute:
 class FlowTimeoutHandlerOptions:
     """Options of a Flow's timeout handler method (``FlowTimeoutPolicy.HANDLER``).
 
-    Flow timeouts are not run by this release: a start that sets these raises
-    ``FeatureNotAvailableError``. The fields mirror a Step method's options.
+    The fields mirror a Step's ``execute`` options: ``method_timeout`` (None: 2 h),
+    ``heartbeat_timeout``, ``retry`` (None: the default ``RetryPolicy``), ``durability``,
+    locks and loads. ``on_failure_proceed_to(step)`` routes a handler that failed for good
+    to ``step`` (a ``Step[None]``); without it the Flow fails. A start with these options
+    and the FAIL or CANCEL policy is refused (``BadRequestError``).
     """
 
     method_timeout: timedelta | float | None = None
@@ -169,17 +178,20 @@ class StartFlowOptions:
     """Options of ``start_flow``; immutable once the Flow started.
 
     Attributes:
-        timeout: soft timeout of the whole Flow (not run yet: set, it raises
-            ``FeatureNotAvailableError`` at ``start_flow``).
-        timeout_policy: what the soft timeout does (not run yet; ``DEFAULT`` only).
-        timeout_handler_options: options of the timeout handler (not run yet).
+        timeout: soft timeout of the whole run, from the start (None: none); a durable
+            ``sys:timeout_handler`` Timer that ``skip_timer`` can fire early.
+        timeout_policy: what the timeout does: FAIL (``FLOW_TIMEOUT``), CANCEL, HANDLER
+            (``Flow.handle_timeout`` returns a decision); DEFAULT is HANDLER when the Flow
+            overrides ``handle_timeout``, else FAIL.
+        timeout_handler_options: options of the timeout handler (HANDLER only).
         start_delay: accept the start now, run the start Step after this delay.
         id_reuse_policy: rule for a Flow ID used before (default ``IdReusePolicy.DEFAULT``).
         retry_policy: retries of a failed Flow as a new run (not run yet).
         _attribute_initializations: values written atomically with the Flow's creation;
             add them with ``with_attribute``.
-        config_override: ``FlowConfig`` of this Flow (only ``step_durability`` and a pull
-            ``worker_target`` run; other fields raise ``FeatureNotAvailableError``).
+        config_override: ``FlowConfig`` of this Flow, kept with the run and shown by
+            ``describe_flow``; a listening ``worker_target`` raises
+            ``FeatureNotAvailableError``.
         ignore_already_started: when the ID is taken by a run started with the same
             ``request_id``, return its run ID instead of raising
             ``FlowAlreadyStartedError``.
@@ -256,6 +268,45 @@ class StartFlowOptions:
     def _adding(self, item: InitialAttribute) -> StartFlowOptions:
         items = (*self._attribute_initializations, item)
         return dataclasses.replace(self, _attribute_initializations=items)
+
+
+def flow_timeout_spec(entry: FlowEntry, options: StartFlowOptions) -> FlowTimeoutSpec | None:
+    """The wire form of the start's soft timeout (None: the Flow has none).
+
+    Raises:
+        FlowDefinitionError: ``timeout_handler_options`` lock, load or route to something
+            the Flow does not declare.
+
+    """
+    from dex._options import StepOptions as Options
+    from dex._spec import options_spec
+
+    timeout_s = seconds(options.timeout)
+    if timeout_s is None:
+        return None
+    h = options.timeout_handler_options
+    handler = None
+    if h is not None:
+        step_options = Options(
+            execute_method_timeout=h.method_timeout,
+            heartbeat_timeout=h.heartbeat_timeout,
+            execute_retry=h.retry,
+            execute_durability=h.durability,
+            execute_lock_attributes=h.lock_attributes,
+            execute_load_attribute_maps=h.load_attribute_maps,
+            execute_load_attribute_map_instances=h.load_attribute_map_instances,
+            execute_load_channels=h.load_channels,
+            execute_load_channel_maps=h.load_channel_maps,
+            execute_load_channel_map_instances=h.load_channel_map_instances,
+            execute_failure_step=h._failure_target,
+            execute_failure_options=h._failure_options,
+        )
+        handler = options_spec(step_options, entry, "timeout_handler_options")
+    return FlowTimeoutSpec(
+        timeout_s=timeout_s,
+        policy=options.timeout_policy.value,
+        handler=handler,
+    )
 
 
 def required_start_features(options: StartFlowOptions) -> list[str]:

@@ -242,7 +242,7 @@ class Client:
         *,
         include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Search Flows (not run yet); see ``AsyncClient.search_flows``."""
+        """Search Flows; see ``AsyncClient.search_flows``."""
         return self._call(
             self._async.search_flows(
                 query, page_size, next_page_token, include_continued_as_new=include_continued_as_new
@@ -256,26 +256,26 @@ class Client:
     def skip_timer(
         self, flow_id: str, step_execution_id: StepExecutionId, timer_id: TimerId
     ) -> None:
-        """Fire a timer now (not run yet); see ``AsyncClient.skip_timer``."""
+        """Fire one pending timer of a waiting Step now; see ``AsyncClient.skip_timer``."""
         self._call(self._async.skip_timer(flow_id, step_execution_id, timer_id))
 
     def wait_for_step_completion(
         self,
         flow_id: str,
         step_execution_id: StepExecutionId,
-        options: WaitForStepCompletionOptions,
+        options: WaitForStepCompletionOptions = WaitForStepCompletionOptions(),  # noqa: B008
     ) -> None:
-        """Wait for a Step (not run yet); see ``AsyncClient.wait_for_step_completion``."""
+        """Block until a Step execution ended; see ``AsyncClient.wait_for_step_completion``."""
         self._call(self._async.wait_for_step_completion(flow_id, step_execution_id, options))
 
     def wait_for_attribute_match(
         self, flow_id: str, attribute: Any, *args: object, **kwargs: object
     ) -> Any:
-        """Wait for an Attribute (not run yet); see ``AsyncClient.wait_for_attribute_match``."""
+        """Wait for an Attribute to match; see ``AsyncClient.wait_for_attribute_match``."""
         return self._call(self._async.wait_for_attribute_match(flow_id, attribute, *args, **kwargs))
 
     def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
-        """Update a Flow's config (not run yet); see ``AsyncClient.update_flow_config``."""
+        """Merge fields into a Flow's FlowConfig; see ``AsyncClient.update_flow_config``."""
         self._call(self._async.update_flow_config(flow_id, config))
 
     def trigger_continue_as_new(self, flow_id: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from dex._codec import WireCodec as Codec
 from dex._codec import codec_for
+from dex._flow_config import FlowConfig, config_from_wire
 from dex._protocol import FlowInfoWire, FlowResultWire, StreamMessageWire
 from dex.errors import FlowErrorType as FlowErrorType
 
@@ -70,6 +71,8 @@ class FlowInfo:
         status: the run's status.
         started_at: when the run started (UTC).
         closed_at: when it closed (UTC), None while running (keyword only).
+        config: the run's ``FlowConfig`` as started and updated (None: never set).
+        timeout_at: the run's soft-timeout deadline (UTC), None without a timeout.
 
     """
 
@@ -80,6 +83,8 @@ class FlowInfo:
     started_at: datetime
     _: dataclasses.KW_ONLY
     closed_at: datetime | None = None
+    config: FlowConfig | None = None
+    timeout_at: datetime | None = None
 
     @classmethod
     def from_wire(cls, wire: FlowInfoWire) -> FlowInfo:
@@ -93,6 +98,8 @@ class FlowInfo:
             FlowStatus(wire.status),
             started,
             closed_at=_time(wire.closed_at),
+            config=None if wire.config is None else config_from_wire(wire.config),
+            timeout_at=_time(wire.timeout_at),
         )
 
 

@@ -14,13 +14,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class WaitForStepCompletionOptions:
-    """Options of ``wait_for_step_completion`` (not run by this release).
+    """Options of ``wait_for_step_completion``.
 
     Attributes:
-        request_id: idempotency key of the wait (``""``: one per call).
+        request_id: accepted for compatibility and not sent (the wait changes nothing,
+            so it needs no idempotency key).
         request_timeout: give up after this long (``timedelta(0)``: wait forever).
         internal_handler_timeout: the server's own wait per poll (``timedelta(0)``: its
-            default).
+            default, 60 s, also the cap).
 
     """
 
@@ -31,9 +32,16 @@ class WaitForStepCompletionOptions:
 
 @dataclass(frozen=True)
 class WaitForAttributeOptions:
-    """Options of ``wait_for_attribute_match`` (not run by this release).
+    """Options of ``wait_for_attribute_match``.
 
-    The fields mean what they mean in ``WaitForStepCompletionOptions``.
+    Attributes:
+        request_id: idempotency key of the wait (``""``: one per call; a wait changes
+            nothing, so it is not used).
+        request_timeout: give up after this long with ``RequestTimeoutError``
+            (``timedelta(0)``: wait forever).
+        internal_handler_timeout: the server's own wait per poll (``timedelta(0)``: its
+            default, 60 s).
+
     """
 
     request_id: str = ""

@@ -25,8 +25,10 @@ class IndexType(enum.Enum):
 class AttributeIndex:
     """A search index over an Attribute's (or AttributeMap's) latest value.
 
-    Declaring an index is accepted, but a Flow whose schema holds one fails with
-    ``FeatureNotAvailableError("attribute indexes")`` until search is available.
+    Workers register the index with their Flow types; each committed write of the
+    Attribute updates the search field in the same commit, so ``search_flows`` sees it.
+    Keys are global across Flow types (one key, one type). An AttributeMap's index needs
+    an explicit ``index_key``; every instance write overwrites that one field.
 
     Args:
         type: the index type; an ``IndexType`` or its value (``"keyword"``, ...).
@@ -96,8 +98,6 @@ def check_durable_options(
 
 def unavailable_feature(decl: Any) -> str | None:
     """Name the not-yet-available feature a declaration asks for, or None."""
-    if getattr(decl, "index", None) is not None:
-        return "attribute indexes"
     if getattr(decl, "sync_to_attribute_store", False):
         return "Attribute Store sync (sync_to_attribute_store)"
     if getattr(decl, "hard_delete_on_null", False):

@@ -25,8 +25,7 @@ class Attribute(Generic[T]):
     Args:
         name: unique, non-empty, without ``/``.
         value_type: the declared type (needs a codec).
-        index: a search index over the value. Default None. Search is not available yet:
-            a schema declaring an index raises ``FeatureNotAvailableError``.
+        index: a search index over the value (``search_flows`` queries it). Default None.
         sync_to_attribute_store: project the latest value into the Attribute Store.
             Default False; True is not available yet (``FeatureNotAvailableError`` from the
             schema).

@@ -44,8 +44,7 @@ class AttributeMap(Generic[T]):
         name: unique, non-empty, without ``/``.
         value_type: the declared type of every instance.
         index: a search index (it needs an explicit ``index_key``; every instance write
-            overwrites the one search field). Default None; not available yet: a schema
-            declaring one raises ``FeatureNotAvailableError``.
+            overwrites the one search field). Default None.
         sync_to_attribute_store: as for ``Attribute``; True is not available yet.
         hard_delete_on_null: as for ``Attribute``; True is not available yet.
 

@@ -35,8 +35,8 @@ class PersistenceSchema:
     Raises:
         FlowDefinitionError: a declaration in the wrong group, a non-declaration, or a
             name declared twice.
-        FeatureNotAvailableError: an Attribute asks for an index, Attribute Store sync or
-            hard delete, which this release does not run yet.
+        FeatureNotAvailableError: an Attribute asks for Attribute Store sync or hard
+            delete, which this release does not run yet.
 
     """
 

@@ -18,10 +18,11 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketExce
 from dex._blob_cache import BlobCache
 from dex._credential import resolve_token
 from dex._invoke import TaskIO, invoke
-from dex._protocol import Register, Task, TaskResult
+from dex._protocol import Register, RetryPolicySpec, Task, TaskResult
 from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
 from dex._worker._blobs import BlobResolver
+from dex._worker._logs import install_default_handler
 from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions, WorkerTarget
 from dex._worker._registration import PullQueueRegistrationState, PullRegistrationState
 from dex._worker._session import RegistrationRejectedError, Session
@@ -39,6 +40,10 @@ _PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "BAD_REQUEST"})
 
 
 _PULL_TARGET = WorkerTarget(pull=True)
+_TOKEN_HINT = (
+    ": missing or wrong bearer token; pass it as WorkerOptions(credential=...)"
+    " (a token string, FileCredential or ApiKeyCredential) or set env DEX_TOKEN"
+)
 
 
 class _CredentialError(Exception):
@@ -81,6 +86,12 @@ class AsyncWorker:
 
     Start a Worker once; it is not reusable after ``stop()``. ``async with
     AsyncWorker(...) as worker:`` closes it on exit (``close()``: stop, drain, wait).
+
+    Logging: logger ``dex.worker`` tells where it connected, the Flow types it serves and
+    its task slots, reconnects and the drain on stop; ``dex.worker.task`` logs every
+    failed attempt with its traceback and whether the server retries it. When the process
+    configured no logging (no root handler), the first start adds an INFO stderr handler
+    to the ``dex`` logger; configure logging yourself to change that.
 
     Raises:
         FeatureNotAvailableError: ``options`` ask for a listening Worker.
@@ -169,6 +180,7 @@ class AsyncWorker:
         if self._started:
             raise RuntimeError("an AsyncWorker can be started only once")
         self._started = True
+        install_default_handler()
         self._events()
         finished = self._finished_event()
         self._http = HttpTransport(
@@ -184,6 +196,7 @@ class AsyncWorker:
             # handlers still running after the drain were cancelled: do not wait for them
             self._threads.shutdown(wait=False, cancel_futures=True)
             finished.set()
+            log.info("stopped and disconnected from %s", self.options.server_address)
 
     async def close(self) -> None:
         """Stop the Worker (draining running tasks) and wait until ``start()`` returned.
@@ -332,6 +345,7 @@ class AsyncWorker:
         stop_event, registered = self._events()
         backoff = _BACKOFF_MIN_S
         url = ws_url(self.options.server_address, "/v1/worker")
+        log.info("connecting to %s (%s)", self.options.server_address, url)
         while not self.stopping:
             delay = backoff
             try:
@@ -350,23 +364,41 @@ class AsyncWorker:
                     self._ever_registered = True
                     self._permanent_error = None
                     registered.set()
-                    log.info("registered as %s at %s", self.app_worker_id, url)
+                    log.info(
+                        "%s %s as %s: serving Flow types [%s], %d task slots (%d for RPCs only)",
+                        "reconnected to" if self.stats.connections > 1 else "connected to",
+                        self.options.server_address,
+                        self.app_worker_id,
+                        ", ".join(sorted(self.flow_types)),
+                        self.max_tasks,
+                        self.reserved_rpc_tasks,
+                    )
                     await self._serve_until_stop(session, stop_event)
                     delay = _BACKOFF_MIN_S
             except RegistrationRejectedError as exc:
                 permanent = exc.code in _PERMANENT_CODES
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                hint = _TOKEN_HINT if exc.code == "UNAUTHENTICATED" else ""
                 if permanent:
-                    self._rejected(exc)
-                log.error("server rejected the Worker registration (%s); retry in %ss", exc, delay)
+                    self._rejected(exc, hint)
+                log.error(
+                    "server rejected the Worker registration (%s)%s; retry in %ss",
+                    exc,
+                    hint,
+                    delay,
+                )
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 permanent = status in (401, 403)
                 delay = _PERMANENT_BACKOFF_S if permanent else backoff
+                hint = _TOKEN_HINT if permanent else ""
                 if permanent:
-                    self._rejected(exc)
+                    self._rejected(exc, hint)
                 log.error(
-                    "server refused the Worker connection (HTTP %s); retry in %ss", status, delay
+                    "server refused the Worker connection (HTTP %s)%s; retry in %ss",
+                    status,
+                    hint,
+                    delay,
                 )
             except _CredentialError as exc:
                 log.error("Worker credential failed (%s); retry in %.1fs", exc.__cause__, delay)
@@ -378,15 +410,28 @@ class AsyncWorker:
                     async with asyncio.timeout(delay):
                         await stop_event.wait()
 
+    def retry_policy(self, task: Task) -> RetryPolicySpec | None:
+        """The registered retry policy of the task's Step method (None for an RPC)."""
+        if task.flow_type not in self.flow_types:
+            return None
+        entry = self.registry.flow_entry(task.flow_type)
+        se = entry.steps.get(task.step_type or "")
+        if se is None or task.kind == "rpc":
+            return None
+        options = se.spec.options
+        return options.wait_for_retry if task.kind == "wait_for" else options.execute_retry
+
     async def _auth_headers(self) -> dict[str, str]:
         try:
             return auth_headers(await resolve_token(self.options.credential))
         except Exception as exc:  # the credential's own failure: retry like a lost connection
             raise _CredentialError() from exc
 
-    def _rejected(self, exc: BaseException) -> None:
+    def _rejected(self, exc: BaseException, hint: str = "") -> None:
         """Record a permanent rejection; raise it when the options say to stop on it."""
         error = PullRegistrationError(self.app_worker_id, exc)
+        if hint:
+            error.args = (f"{error.args[0]}{hint}",)
         self._permanent_error = error
         if self._stop_on_rejection:
             self.stopping = True
@@ -408,5 +453,9 @@ class AsyncWorker:
             if self._drain_timeout is not None
             else self.options.resolved_pull.resolved_drain_timeout()
         )
+        if session.running:
+            log.info("stopping: draining %d running task(s), up to %gs", session.running, drain)
+        else:
+            log.info("stopping: no task running")
         await session.drain(drain)
         await serving

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from dex._credential import CredentialLike, check_credential
+from dex._env import DEFAULT_SERVER_ADDRESS, env_credential, env_server_address
 from dex._worker_target import WorkerTarget
 from dex.errors import feature_not_available
 
@@ -178,14 +179,15 @@ class WorkerOptions:
         worker_target: how the server reaches the Worker; None or
             ``WorkerTarget(pull=True)``. A listening target raises
             ``FeatureNotAvailableError`` when the Worker is built.
-        server_address: ``host:port`` (or ``http(s)://`` URL) of the Dex server; default
-            ``"localhost:8801"``.
+        server_address: ``host:port`` (or ``http(s)://`` URL) of the Dex server; default:
+            env ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``.
         attribute_index_sync_timeout: how long a Worker may take to sync Attribute indexes
             at start (default 2 min, a ``timedelta`` or seconds). This server keeps no
             separate indexes to sync, so the value is only validated.
         pull: task-slot and drain settings; None → ``PullWorkerOptions()``.
         credential: a ``Credential`` (``FileCredential``, ``ApiKeyCredential``, your
-            own), a fixed bearer token string, or None to send no token.
+            own), a fixed bearer token string, or None (the default): the token in env
+            ``DEX_TOKEN`` when set, else no token.
 
     Raises:
         ValueError: ``pull`` set together with an explicit ``bind_address`` or a
@@ -196,7 +198,7 @@ class WorkerOptions:
 
     bind_address: str = _DEFAULT_BIND_ADDRESS
     worker_target: WorkerTarget | None = None
-    server_address: str = "localhost:8801"
+    server_address: str = DEFAULT_SERVER_ADDRESS
     attribute_index_sync_timeout: timedelta | float = _DEFAULT_INDEX_SYNC
     pull: PullWorkerOptions | None = None
     credential: CredentialLike = None
@@ -213,6 +215,9 @@ class WorkerOptions:
             positive=True,
         )
         check_credential(self.credential)
+        # The environment fills in only what the caller left unset.
+        object.__setattr__(self, "server_address", env_server_address(self.server_address))
+        object.__setattr__(self, "credential", env_credential(self.credential))
 
     @property
     def resolved_pull(self) -> PullWorkerOptions:

@@ -46,6 +46,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
+from dex._worker._logs import attempt_failure_line, task_log
 from dex.errors import error_from_code
 
 if TYPE_CHECKING:
@@ -369,6 +370,9 @@ class Session:
         if io.cancelled or result is None:
             worker.stats.tasks_cancelled += 1
             return
+        if result.error is not None:
+            level, text = attempt_failure_line(task, result.error, worker.retry_policy(task))
+            task_log.log(level, text)
         worker.stats.tasks_completed += 1
         self.send_encoded(self._result_frame(result), task.task_id, result=True)
 

@@ -40,7 +40,8 @@ class Worker:
 
     ``start()`` blocks the calling thread until ``stop()`` or ``close()`` is called from
     another thread (or, with ``run()`` on the main thread, until SIGTERM/SIGINT).
-    ``with Worker(...) as worker:`` closes the Worker on exit.
+    ``with Worker(...) as worker:`` closes the Worker on exit. It logs like
+    ``AsyncWorker`` (loggers ``dex.worker`` and ``dex.worker.task``).
 
     Raises:
         FlowDefinitionError: the registry has async handlers.

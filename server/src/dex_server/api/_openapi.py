@@ -8,7 +8,9 @@ from typing import Any
 import msgspec
 from dex._protocol import (
     ApiError,
+    AttributeMatchResponse,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -18,6 +20,8 @@ from dex._protocol import (
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SearchFlowsResponse,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -29,6 +33,7 @@ from dex._protocol import (
 _TYPES: list[Any] = [
     ApiError,
     AttributeValuesWire,
+    FlowConfigWire,
     FlowInfoWire,
     FlowListResponse,
     FlowResultWire,
@@ -38,12 +43,15 @@ _TYPES: list[Any] = [
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
     StreamListResponse,
     StreamReadResponse,
     StreamWriteRequest,
+    SearchFlowsResponse,
+    AttributeMatchResponse,
 ]
 
 _ID = {"type": "string", "minLength": 1}
@@ -60,12 +68,36 @@ def _page_size(default: int) -> dict[str, Any]:
 _FLOW_STATUSES = ["running", "completed", "failed", "canceled", "terminated"]
 _UUID7 = "[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}"
 
+_AFTER = (
+    "resume after this event ID (a first connection; a Last-Event-ID header wins);"
+    " default: from the oldest"
+)
+_LIFETIME = (
+    "how long the feed stays open, in seconds (0 to 60); then it ends without an end"
+    " event and the client reconnects with Last-Event-ID, as EventSource does by itself"
+)
+_SSE = {
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/events"): (
+        "Each Stream message as an event `message` (id: its resume token; data: a"
+        " StreamMessageWire as JSON), in order, as it is written. Send the last id seen as"
+        " the Last-Event-ID header to resume; idle feeds get a comment line every"
+        " sse_heartbeat_s. When the Flow closes, the feed sends what is left, then an event"
+        " `end` (data: flow_id, run_id, status) and ends. Over max_sse_connections open"
+        " feeds: 503 UNAVAILABLE naming the limit."
+    ),
+    ("get", "/v1/flows/{flow_id}/history/events"): (
+        "Each history event of the run as an event `history` (id: its event_id; data: a"
+        " HistoryEventWire as JSON), oldest first, then each new one as it commits."
+        " Resumes, heartbeats, ends and is limited like the Stream feed."
+    ),
+}
+
 # query parameters of each (method, path): name -> (schema, description)
 _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
     ("get", "/v1/flows"): {
         "page_size": (_page_size(100), "Flows per page (above 1000: 1000)"),
         "page_token": (
-            {"type": "string", "pattern": f"^({_UUID7})?$"},
+            {"type": "string", "pattern": f"^({_UUID7}|[A-Za-z0-9_=-]+)?$"},
             "next_page_token of the previous page (empty: the first page)",
         ),
         "status": (
@@ -75,9 +107,23 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
         "flow_type": ({"type": "string"}, "only Flows of this type (empty: any)"),
         "query": (
             {"type": "string"},
-            "a search query over indexed Attributes; this server does not run search "
-            "and answers a non-empty query with 422 FEATURE_NOT_AVAILABLE",
+            "a search query over indexed Attributes and system fields (present, even"
+            " empty: the answer is a SearchFlowsResponse, page_size 1..1000, and"
+            " page_token is the search page's next_page_token)",
         ),
+        "include_continued_as_new": (
+            {"type": "string"},
+            "with query: also runs that continued as new (default false)",
+        ),
+    },
+    ("get", "/v1/flows/{flow_id}/attributes/match"): {
+        "name": ({"type": "string"}, "the Attribute (or map instance 'map/key') to watch"),
+        "op": (
+            {"type": "integer", "minimum": 1, "maximum": 6},
+            "1 EQUAL, 2 NOT_EQUAL, 3 GREATER, 4 GREATER_OR_EQUAL, 5 LESS, 6 LESS_OR_EQUAL",
+        ),
+        "operand": ({"type": "string"}, "the operand as JSON (default null)"),
+        "timeout_s": (_TIMEOUT, "how long to wait for a match, in seconds (0 to 60)"),
     },
     ("get", "/v1/flows/{flow_id}/result"): {
         "timeout_s": (_TIMEOUT, "how long to wait for the result, in seconds (0 to 60)"),
@@ -91,9 +137,21 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
         "resume_token": (_TOKEN, "resume_token of the last message read (default: oldest)"),
         "timeout_s": (_TIMEOUT, "how long to wait for a message, in seconds (0 to 60)"),
     },
+    ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/events"): {
+        "after": (_TOKEN, _AFTER),
+        "timeout_s": (_TIMEOUT, _LIFETIME),
+    },
+    ("get", "/v1/flows/{flow_id}/history/events"): {
+        "run_id": ({"type": "string"}, "a run of the Flow ID (default: the latest)"),
+        "after": (_TOKEN, _AFTER),
+        "timeout_s": (_TIMEOUT, _LIFETIME),
+    },
     ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}"): {
         "before": (_TOKEN, "before_page_token of the previous page"),
         "page_size": (_page_size(100), "messages per page (above 1000: 1000)"),
+    },
+    ("get", "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion"): {
+        "timeout_s": (_TIMEOUT, "how long to wait for the execution to end (0 to 60)"),
     },
 }
 
@@ -102,6 +160,11 @@ _PATH_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
     "flow_type": (_ID, "Flow type"),
     "stream": (_ID, "Stream name"),
     "sha256": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the blob's sha256 (hex)"),
+    "step_type": (_ID, "Step type"),
+    "number": (
+        {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        "which execution of the Step type (from 1)",
+    ),
 }
 
 _EMPTY = {"type": "object", "properties": {}}
@@ -118,6 +181,13 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         "ReadAttributesRequest",
         "AttributeValuesWire",
         "Read committed Attribute values (no Worker needed)",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/attributes/match",
+        None,
+        "AttributeMatchResponse",
+        "Long-poll until a committed Attribute matches (408 LONG_POLL_TIMEOUT: call again)",
     ),
     ("get", "/v1/flows/{flow_id}/result", None, "FlowResultWire", "Long-poll the result"),
     ("post", "/v1/flows/{flow_id}/rpc", "InvokeRpcRequest", "InvokeRpcResponse", "Invoke an RPC"),
@@ -144,6 +214,41 @@ _ROUTES: list[tuple[str, str, str | None, str | None, str]] = [
         "StreamListResponse",
         "List Stream messages, newest first",
     ),
+    (
+        "get",
+        "/v1/streams/{flow_type}/{stream}/{flow_id}/events",
+        None,
+        None,
+        "Follow a Stream as Server-Sent Events",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/history/events",
+        None,
+        None,
+        "Follow a run's history as Server-Sent Events",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/config",
+        "FlowConfigWire",
+        "FlowInfoWire",
+        "Merge fields into a running Flow's FlowConfig",
+    ),
+    (
+        "get",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/completion",
+        None,
+        "{}",
+        "Long-poll until one Step execution of the latest run has ended",
+    ),
+    (
+        "post",
+        "/v1/flows/{flow_id}/steps/{step_type}/{number}/skip-timer",
+        "SkipTimerRequest",
+        "{}",
+        "Fire one pending timer of a waiting Step execution now",
+    ),
     ("get", "/v1/blobs/{sha256}", None, None, "Blob bytes (offloaded values)"),
     ("get", "/v1/health", None, "HealthResponse", "Health check (no auth)"),
     ("get", "/openapi.json", None, None, "This document"),
@@ -166,6 +271,11 @@ def _ok(method: str, path: str, resp: str | None) -> dict[str, Any]:
         return {"description": "OK", "content": {"application/json": {"schema": _EMPTY}}}
     if resp is not None:
         return {"description": "OK", **_ref(resp)}
+    if (method, path) in _SSE:
+        return {
+            "description": _SSE[(method, path)],
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
     if path == "/v1/blobs/{sha256}":
         media = "application/octet-stream"
         return {"description": "raw bytes", "content": {media: {"schema": {}}}}
@@ -197,6 +307,8 @@ def _operation(
     if req or params or (method, path) in _QUERY:
         responses["413"] = _error("A limit was exceeded (LIMIT_EXCEEDED names it)")
     responses["431"] = _error("Request head over max_header_bytes or max_header_count")
+    if (method, path) in _SSE:
+        responses["503"] = _error("Too many feeds open (UNAVAILABLE names max_sse_connections)")
     if (method, path) in _NEEDS_FEATURES:
         responses["422"] = _error(
             "Needs a feature this server does not run (FEATURE_NOT_AVAILABLE)"

@@ -11,11 +11,13 @@ from dex._protocol import (
     MAX_FLOW_ID_BYTES,
     ApiError,
     ErrorCode,
+    FlowConfigWire,
     FlowListResponse,
     HealthResponse,
     InvokeRpcRequest,
     InvokeRpcResponse,
     ReadAttributesRequest,
+    SkipTimerRequest,
     StartFlowRequest,
     StartFlowResponse,
     StopFlowRequest,
@@ -30,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dex_server.api import _search, _sse
 from dex_server.api._openapi import openapi_document
 from dex_server.api._paths import (
     MAX_SEGMENT_BYTES,
@@ -39,7 +42,6 @@ from dex_server.api._paths import (
     is_path,
 )
 from dex_server.api._worker import worker_endpoint
-from dex_server.engine import features
 from dex_server.engine.ids import is_uuid7
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
@@ -210,7 +212,6 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         return _json(StartFlowResponse(run_id=await runtime.start_flow(req)))
 
     async def list_flows(request: Request) -> Response:
-        runtime.require([features.SEARCH] * bool(_query(request, "query")))
         size = _int(request, "page_size", 100)
         token = _query(request, "page_token") or None
         if token is not None and not is_uuid7(token):
@@ -283,15 +284,18 @@ def build_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/health", g(health), methods=["GET"]),
         R("/openapi.json", g(openapi), methods=["GET"]),
         R("/v1/flows", g(start), methods=["POST"]),
-        R("/v1/flows", g(list_flows), methods=["GET"]),
+        R("/v1/flows", g(_search.or_search(runtime, list_flows)), methods=["GET"]),
         R("/v1/flows/{flow_id}", g(describe), methods=["GET"]),
         R("/v1/flows/{flow_id}/state", g(state), methods=["GET"]),
         _attributes_route(runtime),
+        _match_route(runtime),
         R("/v1/flows/{flow_id}/result", g(result), methods=["GET"]),
         R("/v1/flows/{flow_id}/rpc", g(rpc), methods=["POST"]),
         R("/v1/flows/{flow_id}/stop", g(stop), methods=["POST"]),
         R("/v1/flows/{flow_id}/history", g(history), methods=["GET"]),
         *_stream_routes(runtime),
+        *_sse_routes(runtime),
+        *_step_routes(runtime),
         R("/v1/blobs/{sha256}", g(blob), methods=["GET"]),
         WebSocketRoute("/v1/worker", worker_endpoint(runtime)),
     ]
@@ -309,6 +313,58 @@ def _attributes_route(runtime: Runtime) -> BaseRoute:
         )
 
     return RawPathRoute("/v1/flows/{flow_id}/attributes", _guard(attributes), methods=["POST"])
+
+
+def _step_routes(runtime: Runtime) -> list[BaseRoute]:
+    limit = runtime.config.max_request_bytes
+
+    def _step(request: Request) -> tuple[str, str, int]:
+        raw = _segment(request, "number")
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"a Step execution number is a positive integer: {raw!r}"
+            )
+        return _flow_id(request), _segment(request, "step_type"), int(raw)
+
+    async def completion(request: Request) -> Response:
+        timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        fid, step_type, number = _step(request)
+        if not await runtime.wait_step_done(fid, step_type, number, timeout):
+            raise ServiceError(
+                ErrorCode.LONG_POLL_TIMEOUT,
+                f"Step execution {step_type}-{number} of Flow {fid!r} is still running",
+                flow_id=fid,
+            )
+        return _json({})
+
+    async def config(request: Request) -> Response:
+        fid = _flow_id(request)
+        req = await _body(request, FlowConfigWire, limit)
+        await runtime.update_flow_config(fid, req)
+        return _json(await runtime.run(lambda tx: _flows.describe(tx, fid)))
+
+    async def skip_timer(request: Request) -> Response:
+        fid, step_type, number = _step(request)
+        req = await _body(request, SkipTimerRequest, limit)
+        await runtime.skip_timer(fid, step_type, number, req.condition_id, req.condition_index)
+        return _json({})
+
+    g, R = _guard, RawPathRoute
+    base = "/v1/flows/{flow_id}/steps/{step_type}/{number}"
+    return [
+        R("/v1/flows/{flow_id}/config", g(config), methods=["POST"]),
+        R(base + "/completion", g(completion), methods=["GET"]),
+        R(base + "/skip-timer", g(skip_timer), methods=["POST"]),
+    ]
+
+
+def _match_route(runtime: Runtime) -> BaseRoute:
+    async def attribute_match(request: Request) -> Response:
+        return await _search.attribute_match(runtime, request, _flow_id(request))
+
+    return RawPathRoute(
+        "/v1/flows/{flow_id}/attributes/match", _guard(attribute_match), methods=["GET"]
+    )
 
 
 def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
@@ -350,6 +406,46 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
         R("/v1/streams/{flow_type}/{stream}/{flow_id}/next", g(stream_next), methods=["GET"]),
         R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_write), methods=["POST"]),
         R("/v1/streams/{flow_type}/{stream}/{flow_id}", g(stream_list), methods=["GET"]),
+    ]
+
+
+def _sse_routes(runtime: Runtime) -> list[BaseRoute]:
+    """The Server-Sent Events feeds (see ``api/_sse.py``)."""
+
+    def respond(feed: _sse.Feed) -> Response:
+        slots = _sse.slots_of(runtime)
+        slots.take()
+        return _sse.SseResponse(feed, slots)
+
+    async def stream_events(request: Request) -> Response:
+        ft, st, fid = _segment(request, "flow_type"), _segment(request, "stream"), _flow_id(request)
+        cap = runtime.stream_capacity(ft, st)
+        after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        # the feed ends when the Flow closes: it must exist
+        await runtime.store.read(lambda tx: _flows.require_flow(tx, fid))
+        return respond(
+            _sse.stream_feed(
+                runtime, (ft, st, fid), cap, after, runtime.config.sse_heartbeat_s, life
+            )
+        )
+
+    async def history_events(request: Request) -> Response:
+        fid = _flow_id(request)
+        run_id = _query(request, "run_id")
+        after = _sse.resume_point(request) or 0
+        life = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
+        flow = await runtime.store.read(lambda tx: _flows.require_flow(tx, fid, run_id))
+        return respond(
+            _sse.history_feed(
+                runtime, fid, flow.run_id, after, runtime.config.sse_heartbeat_s, life
+            )
+        )
+
+    g, R = _guard, RawPathRoute
+    return [
+        R("/v1/streams/{flow_type}/{stream}/{flow_id}/events", g(stream_events), methods=["GET"]),
+        R("/v1/flows/{flow_id}/history/events", g(history_events), methods=["GET"]),
     ]
 
 

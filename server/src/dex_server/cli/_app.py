@@ -203,6 +203,12 @@ def server(
             help="Most open connections, 503 above it (default: open-file limit less 64).",
         ),
     ] = None,
+    max_sse_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-sse-connections", min=1, help="Most open Server-Sent Events feeds, 503 above it."
+        ),
+    ] = 1000,
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
@@ -228,6 +234,7 @@ def server(
                 http_body_timeout_s=http_body_timeout_s,
                 http_keep_alive_s=http_keep_alive_s,
                 max_connections=max_connections,
+                max_sse_connections=max_sse_connections,
             ),
             web=not no_web,
         )
@@ -272,8 +279,16 @@ def flow_list(
     page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 100,
     page_token: Annotated[str | None, typer.Option("--page-token")] = None,
     fetch_all: Annotated[bool, typer.Option("--all", help="Fetch every page.")] = False,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            help="Search query over indexed Attributes, e.g. \"OrderStatus = 'paid' ORDER BY"
+            ' Amount DESC" (with --type/--status: all must hold).',
+        ),
+    ] = None,
 ) -> None:
-    """List Flows, newest first."""
+    """List Flows, newest first (or search them with --query)."""
     st = _state(ctx)
     from dex_server.cli import _flows
 
@@ -286,6 +301,7 @@ def flow_list(
             page_size=page_size,
             page_token=page_token,
             fetch_all=fetch_all,
+            query=query,
         )
     )
 
@@ -437,6 +453,17 @@ def session_approve(
     session_id: Annotated[str, typer.Argument()],
     interrupt_id: Annotated[str, typer.Argument()],
     rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+    arguments: Annotated[
+        str | None,
+        typer.Option("--arguments", help="Edited arguments (a JSON object) the tool runs with."),
+    ] = None,
+    approver: Annotated[
+        str | None, typer.Option("--approver", help="Who approves (kept in the receipt).")
+    ] = None,
+    sha256: Annotated[
+        str | None,
+        typer.Option("--sha256", help="Approve only if the arguments still have this hash."),
+    ] = None,
 ) -> None:
     """Approve a pending tool call (INTERRUPT is its interrupt ID, see `session show`)."""
     st = _state(ctx)
@@ -450,6 +477,40 @@ def session_approve(
             interrupt_id,
             approved=True,
             reason=None,
+            rpc_timeout_s=rpc_timeout,
+            arguments=arguments,
+            approver=approver,
+            arguments_sha256=sha256,
+        )
+    )
+
+
+@session_app.command("reconcile")
+def session_reconcile(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    tool_call_id: Annotated[str, typer.Argument()],
+    note: Annotated[str, typer.Option("--note", help="The evidence; the model sees it.")],
+    succeeded: Annotated[
+        bool,
+        typer.Option("--succeeded/--failed", help="Whether the write took effect."),
+    ] = True,
+    by: Annotated[str, typer.Option("--by", help="Who settles it (recorded).")] = "",
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Settle a tool call whose outcome is unknown (status awaiting_reconciliation)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_reconcile(
+            st.conn,
+            st.out,
+            session_id,
+            tool_call_id,
+            succeeded=succeeded,
+            note=note,
+            reconciled_by=by,
             rpc_timeout_s=rpc_timeout,
         )
     )

@@ -21,6 +21,7 @@ from dex_server.cli._output import (
     rfc3339,
     usage_error,
 )
+from dex_server.engine.query import listing_conditions, with_conditions
 
 STOP_TYPES = tuple(t.value for t in dex.StopType)
 STATUSES = tuple(s.value for s in dex.FlowStatus)
@@ -64,9 +65,13 @@ async def flow_list(
     page_size: int,
     page_token: str | None,
     fetch_all: bool,
+    query: str | None = None,
 ) -> None:
     if status is not None and status not in STATUSES:
         raise usage_error(f"--status: expected one of {', '.join(STATUSES)}, got {status!r}")
+    if query is not None:
+        await _flow_search(conn, out, query, flow_type, status, page_size, page_token, fetch_all)
+        return
     infos: list[dex.FlowInfo] = []
     token = page_token
     async with connect(conn) as client:
@@ -116,6 +121,57 @@ async def _no_flows_of_type(conn: Connection, flow_type: str, status: str | None
     return f"{what}; the server holds no Flows"
 
 
+def _search_query(query: str, flow_type: str | None, status: str | None) -> str:
+    """``query`` with ``--type`` / ``--status`` added as conditions."""
+    return with_conditions(query, listing_conditions(status=status, flow_type=flow_type))
+
+
+async def _flow_search(
+    conn: Connection,
+    out: Printer,
+    query: str,
+    flow_type: str | None,
+    status: str | None,
+    page_size: int,
+    page_token: str | None,
+    fetch_all: bool,
+) -> None:
+    entries: list[dex.SearchFlowEntry] = []
+    token = page_token or ""
+    text = _search_query(query, flow_type, status)
+    async with connect(conn) as client:
+        while True:
+            page = await client.search_flows(text, page_size, token)
+            entries.extend(page.flows)
+            token = page.next_page_token
+            if not fetch_all or not token:
+                break
+    records = []
+    for e in entries:
+        info = dex.FlowInfo(
+            e.flow_id, e.run_id, e.flow_type, e.status, e.started_at, closed_at=e.closed_at
+        )
+        records.append({**_flow_record(info), "indexedAttributes": dict(e.indexed_attributes)})
+    if out.json:
+        out.emit_json({"flows": records, "nextPageToken": token or None})
+        return
+    rows = [
+        [
+            r["flowId"],
+            r["flowType"],
+            r["status"],
+            human_time(e.started_at.timestamp()),
+            human_time(e.closed_at.timestamp()) if e.closed_at else "-",
+            msgspec.json.encode(r["indexedAttributes"]).decode(),
+        ]
+        for r, e in zip(records, entries, strict=True)
+    ]
+    headers = ["FLOW ID", "TYPE", "STATUS", "STARTED (UTC)", "CLOSED (UTC)", "INDEXED"]
+    out.table(None, headers, rows)
+    if token:
+        out.line(f"more: --page-token {token} (or --all)")
+
+
 # --------------------------------------------------------------------------- flow show
 
 
@@ -126,6 +182,13 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
     record["activeSteps"] = [camel_keys(msgspec.to_builtins(s)) for s in state.active_steps]
     record["channelSizes"] = dict(state.channel_sizes)
     record["attributeNames"] = list(state.attribute_names)
+    extra: list[tuple[str, str]] = []
+    if state.info.config is not None:
+        record["config"] = camel_keys(msgspec.to_builtins(state.info.config))
+        extra.append(("Config", msgspec.json.encode(record["config"]).decode()))
+    if state.info.timeout_at is not None:
+        record["timeoutAt"] = rfc3339(state.info.timeout_at)
+        extra.append(("Timeout at (UTC)", human_time(state.info.timeout_at)))
     if out.json:
         out.emit_json(record)
         return
@@ -142,6 +205,7 @@ async def flow_show(conn: Connection, out: Printer, flow_id: str) -> None:
                 "Channels",
                 ", ".join(f"{k}={v}" for k, v in sorted(record["channelSizes"].items())) or "-",
             ),
+            *extra,
         ]
     )
     rows = [
@@ -225,6 +289,8 @@ def _event_row(event: HistoryEventWire) -> list[str]:
         what = str(payload.get("status", ""))
     elif event.type == "FlowStarted":
         what = str(payload.get("startStepType") or payload.get("flowType") or "")
+    elif event.type == "FlowTimeoutFired":
+        what = f"timeout {payload.get('policy', '')}"
     parts = [f"attempt {ctx['finalAttempt']}"] if "finalAttempt" in ctx else []
     duration = ctx.get("duration")
     if isinstance(duration, int | float):

@@ -50,6 +50,7 @@ class HttpArgs:
     http_body_timeout_s: float = 60.0
     http_keep_alive_s: float = 5.0
     max_connections: int | None = None
+    max_sse_connections: int = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +215,16 @@ def _listening_address(config: ServerConfig) -> str:
     return f"{config.host}:{config.port}"
 
 
+# How to send the token; the banner never prints the token itself.
+_TOKEN_LINES = [
+    "Every request needs the token of --token-file. Pass it:",
+    '  export DEX_TOKEN="$(cat TOKEN_FILE)"   # read by Workers, Clients and dexcli',
+    '  dex.WorkerOptions(..., credential=dex.FileCredential("TOKEN_FILE"))',
+    '  dex.ClientOptions(..., credential="the token")   # or ApiKeyCredential(...)',
+    "",
+]
+
+
 def _banner(config: ServerConfig, address: str) -> None:
     lines = [
         f"Dex dev server listening on {address}",
@@ -227,6 +238,7 @@ def _banner(config: ServerConfig, address: str) -> None:
         f'  dex.ClientOptions(server_address="{address}")',
         f"  dexcli --server {address} flow list",
         "",
+        *(_TOKEN_LINES if config.token else []),
         *([f"Dex Web (the browser UI): http://{address}/ui", ""] if config.web else []),
         "Press Ctrl-C to stop.",
     ]

@@ -553,7 +553,12 @@ async def session_resolve(
     approved: bool,
     reason: str | None,
     rpc_timeout_s: float,
+    arguments: str | None = None,
+    approver: str | None = None,
+    arguments_sha256: str | None = None,
 ) -> None:
+    if arguments is not None:
+        _check_arguments(arguments)
     session = await _live(conn, session_id)
     pending = [str(p.get("interrupt_id")) for p in session.pending]
     if interrupt_id not in pending:
@@ -567,24 +572,75 @@ async def session_resolve(
         "interrupt_id": interrupt_id,
         "approved": approved,
         "rejection_message": None if approved else reason,
+        "arguments": arguments,
+        "approver": approver,
+        "arguments_sha256": arguments_sha256,
     }
     resolved = await _rpc(conn, session, "resolve_interrupt", value, rpc_timeout_s)
     if resolved is not True:
         raise not_found(
-            f"approval {interrupt_id!r} is no longer pending (answered meanwhile, or its"
-            " deadline passed); nothing was changed",
+            f"approval {interrupt_id!r} did not apply: it is no longer pending (answered"
+            " meanwhile, or its deadline passed), its arguments changed since the --sha256"
+            " given, or this approver already approved; nothing was changed",
             code="INTERRUPT_NOT_PENDING",
         )
     verdict = "approved" if approved else "rejected" + (f" ({reason})" if reason else "")
+    record: dict[str, Any] = {
+        "sessionId": session_id,
+        "interruptId": interrupt_id,
+        "approved": approved,
+        "reason": None if approved else reason,
+    }
+    if arguments is not None:
+        record["arguments"] = json.loads(arguments)
+    if approver is not None:
+        record["approver"] = approver
+    edited = " with edited arguments" if arguments is not None else ""
+    _done(out, record, f"{interrupt_id} {verdict}{edited}")
+
+
+def _check_arguments(arguments: str) -> None:
+    try:
+        value = json.loads(arguments)
+    except ValueError as exc:
+        raise usage_error(f"--arguments is not valid JSON ({exc}); nothing was changed") from None
+    if not isinstance(value, dict):
+        raise usage_error("--arguments must be a JSON object; nothing was changed")
+
+
+async def session_reconcile(
+    conn: Connection,
+    out: Printer,
+    session_id: str,
+    tool_call_id: str,
+    *,
+    succeeded: bool,
+    note: str,
+    reconciled_by: str,
+    rpc_timeout_s: float,
+) -> None:
+    """Settle a tool call waiting in ``awaiting_reconciliation`` (``reconcile_tool_call``)."""
+    if not note.strip():
+        raise usage_error("--note is blank: a reconciliation needs its evidence")
+    session = await _live(conn, session_id)
+    value = {
+        "tool_call_id": tool_call_id,
+        "succeeded": succeeded,
+        "note": note,
+        "reconciled_by": reconciled_by,
+    }
+    settled = await _rpc(conn, session, "reconcile_tool_call", value, rpc_timeout_s)
+    if settled is not True:
+        raise not_found(
+            f"tool call {tool_call_id!r} of session {session_id!r} is not waiting for"
+            " reconciliation; nothing was changed",
+            code="TOOL_CALL_NOT_AWAITING_RECONCILIATION",
+        )
+    outcome = "succeeded" if succeeded else "failed"
     _done(
         out,
-        {
-            "sessionId": session_id,
-            "interruptId": interrupt_id,
-            "approved": approved,
-            "reason": None if approved else reason,
-        },
-        f"{interrupt_id} {verdict}",
+        {"sessionId": session_id, "toolCallId": tool_call_id, "status": outcome},
+        f"{tool_call_id} reconciled as {outcome}",
     )
 
 

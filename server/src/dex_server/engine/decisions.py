@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -187,3 +187,52 @@ def plan_decision(
             counters=counters,
         )
     return DecisionPlan(cancel=cancel, counters=counters)  # dead_end
+
+
+def channels_empty(
+    sizes: Mapping[str, int],
+    *,
+    channels: Iterable[str],
+    channel_maps: Iterable[str],
+    publishing: Iterable[str] = (),
+) -> bool:
+    """Whether every Channel and every instance of every ChannelMap holds no message.
+
+    ``sizes`` are pending counts by physical name (``"<map>/<key>"`` for instances);
+    ``publishing`` names the Channels the deciding result publishes to (they count).
+    """
+    pending = {name for name, n in sizes.items() if n > 0} | set(publishing)
+    wanted = set(channels)
+    prefixes = tuple(f"{m}/" for m in channel_maps)
+    return not any(name in wanted or (prefixes and name.startswith(prefixes)) for name in pending)
+
+
+def resolve_conditional_complete(decision: DecisionSpec, *, empty: bool) -> DecisionSpec:
+    """Turn ``force_complete_if_channels_empty`` into the decision it makes.
+
+    ``force_complete`` when the channels are ``empty``, else ``go_to`` its fallback.
+    Other decisions come back as they are.
+
+    Raises:
+        InvalidDecisionError: the decision has no fallback movement, or more than one.
+
+    """
+    if decision.kind != "force_complete_if_channels_empty":
+        return decision
+    if len(decision.movements) != 1:
+        raise InvalidDecisionError(
+            "force_complete_if_channels_empty needs exactly one fallback movement"
+        )
+    if empty:
+        return DecisionSpec(
+            kind="force_complete",
+            output=decision.output,
+            cancel_steps=decision.cancel_steps,
+            cancel_sibling_steps=decision.cancel_sibling_steps,
+        )
+    return DecisionSpec(
+        kind="go_to",
+        movements=list(decision.movements),
+        cancel_steps=decision.cancel_steps,
+        cancel_sibling_steps=decision.cancel_sibling_steps,
+    )

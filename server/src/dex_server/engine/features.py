@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["SEARCH", "SERVER_FEATURES", "SUBFLOWS", "missing"]
+__all__ = ["FLOW_CONFIG", "FLOW_TIMEOUTS", "SEARCH", "SERVER_FEATURES", "SUBFLOWS", "missing"]
 
 SEARCH = "Flow search (search_flows)"
 """A listing filtered by a search query."""
@@ -18,7 +18,19 @@ SEARCH = "Flow search (search_flows)"
 SUBFLOWS = "SubFlows"
 """Waits on child Flows (``SubFlow.run``)."""
 
-SERVER_FEATURES: frozenset[str] = frozenset({SUBFLOWS})
+FLOW_CONFIG = "Flow configuration (StartFlowOptions.config_override)"
+"""A start that sets FlowConfig fields (kept with the run, shown by describe)."""
+
+FLOW_TIMEOUTS = frozenset(
+    {
+        "Flow timeouts (StartFlowOptions.timeout)",
+        "Flow timeouts (StartFlowOptions.timeout_policy)",
+        "Flow timeouts (StartFlowOptions.timeout_handler_options)",
+    }
+)
+"""A start with a soft timeout, its policy and its handler's options."""
+
+SERVER_FEATURES: frozenset[str] = frozenset({SEARCH, SUBFLOWS, FLOW_CONFIG, *FLOW_TIMEOUTS})
 """The optional features this server runs."""
 
 

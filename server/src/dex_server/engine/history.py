@@ -17,6 +17,8 @@ STEP_EXECUTE_COMPLETED = "StepExecuteCompleted"
 STEP_EXECUTE_FAILED = "StepExecuteFailed"
 RPC_EXECUTION_COMPLETED = "RpcExecutionCompleted"
 FLOW_CLOSED = "FlowClosed"
+FLOW_CONFIG_UPDATED = "FlowConfigUpdated"
+FLOW_TIMEOUT_FIRED = "FlowTimeoutFired"
 
 _encoder = msgspec.json.Encoder()
 
@@ -40,8 +42,13 @@ def step_event(
     duration: float,
     input: dict[str, Any],
     output: dict[str, Any],
+    durability: str | None = None,
 ) -> bytes:
-    """Payload of ``StepWaitFor*`` / ``StepExecute*`` events."""
+    """Payload of ``StepWaitFor*`` / ``StepExecute*`` events.
+
+    ``durability`` is the one the method ran with (its option, else SYNC for a method with
+    a recovery route, else the Flow's ``step_durability``, else SYNC).
+    """
     context = {
         "stepType": step_type,
         "stepExecutionId": execution_id,
@@ -50,6 +57,8 @@ def step_event(
         "startedTime": started_time,
         "duration": duration,
     }
+    if durability is not None:
+        context["durability"] = durability
     return _encoder.encode({"context": context, "input": _clean(input), "output": _clean(output)})
 
 
@@ -100,3 +109,16 @@ def flow_closed(
 def rpc_completed(*, rpc_name: str, input: msgspec.Raw | None, output: dict[str, Any]) -> bytes:
     """Payload of ``RpcExecutionCompleted``."""
     return _encoder.encode(_clean({"rpcName": rpc_name, "input": input, "output": _clean(output)}))
+
+
+def flow_config_updated(*, update: Any, config: Any) -> bytes:
+    """Payload of ``FlowConfigUpdated``: the fields given, and the merged config."""
+    return _encoder.encode({"update": update, "config": config})
+
+
+def flow_timeout_fired(*, policy: str, deadline: float | None, fired_at: float) -> bytes:
+    """Payload of ``FlowTimeoutFired``: the resolved policy, the deadline, when it fired.
+
+    ``firedAt`` before ``deadline`` means the timer was skipped (``skip_timer``).
+    """
+    return _encoder.encode({"policy": policy, "deadline": deadline, "firedAt": fired_at})

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 from dex._protocol import FlowSpec
 
+from dex_server.engine.query import FieldType
+from dex_server.engine.search import INDEX_TYPES, check_index_key
+
 
 class InvalidSpecError(Exception):
     """A Flow spec is not one the server can run (BAD_REQUEST at the edge)."""
@@ -45,6 +48,45 @@ def check_spec(spec: FlowSpec) -> None:
             raise InvalidSpecError(f"state name {d.name!r} in {what} holds a '/'")
     if spec.start_step is not None and spec.start_step not in {s.step_type for s in spec.steps}:
         raise InvalidSpecError(f"start Step {spec.start_step!r} is not a Step of the Flow")
+    _check_indexes(spec, what)
+
+
+def _check_indexes(spec: FlowSpec, what: str) -> None:
+    keys: dict[str, str] = {}
+    for d in spec.state:
+        if d.index_type is None:
+            if d.index_key:
+                raise InvalidSpecError(f"state {d.name!r} in {what} has an index_key but no index")
+            continue
+        if d.kind not in ("attribute", "attribute_map"):
+            raise InvalidSpecError(f"{d.kind} {d.name!r} in {what} cannot have a search index")
+        if d.index_type not in INDEX_TYPES:
+            kinds = ", ".join(t.value for t in FieldType)
+            raise InvalidSpecError(
+                f"Attribute {d.name!r} in {what}: unknown index type {d.index_type!r} ({kinds})"
+            )
+        if d.kind == "attribute_map" and not d.index_key:
+            raise InvalidSpecError(
+                f"AttributeMap {d.name!r} in {what}: an indexed map needs an explicit index_key"
+            )
+        key = d.index_key or d.name
+        problem = check_index_key(key)
+        if problem is not None:
+            raise InvalidSpecError(f"Attribute {d.name!r} in {what}: {problem}")
+        if key in keys:
+            raise InvalidSpecError(
+                f"index key {key!r} in {what} is used by both {keys[key]!r} and {d.name!r}"
+            )
+        keys[key] = d.name
+
+
+def index_fields(spec: FlowSpec) -> dict[str, tuple[str, FieldType]]:
+    """The indexed state of a (checked) spec: declared name -> (index key, type)."""
+    return {
+        d.name: (d.index_key or d.name, INDEX_TYPES[d.index_type])
+        for d in spec.state
+        if d.index_type is not None and d.index_type in INDEX_TYPES
+    }
 
 
 def _unique(names: Iterable[str], what: str) -> None:

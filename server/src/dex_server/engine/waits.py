@@ -9,6 +9,8 @@ Rules (pure, two-phase, exclusive):
   out up to each ``max_count`` in declaration order.
 * ``any``: canonical order timers, then channels, each in declaration order; the first
   ready condition wins and only a winning channel condition consumes.
+* ``any_combination``: the first group (declaration order) whose conditions are all
+  ready, matched as ``all``; only that group's channel conditions consume.
 * ``at_most`` (``min_count == 0``) is always ready; ``skip`` is ready at once.
 * A SubFlow condition is ready once its child run (``run_id``) is in ``closed``; in
   ``any`` it comes after timers and channels in the canonical order.
@@ -128,6 +130,56 @@ def _match_any(
     return None
 
 
+def _match_combination(
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
+) -> list[list[str]] | None:
+    chans = [i for i, c in enumerate(wait.conditions) if c.kind == "channel"]
+    for group in wait.groups:
+        sub = WaitSpec(mode="all", conditions=[wait.conditions[i] for i in group])
+        taken = _match_all(sub, available, now, closed)
+        if taken is None:
+            continue
+        # the group's channel conditions, in its order, back to the Wait's positions
+        positions = [i for i in group if wait.conditions[i].kind == "channel"]
+        by_position = dict(zip(positions, taken, strict=True))
+        return [by_position.get(i, []) for i in chans]
+    return None
+
+
+def check_wait(wait: WaitSpec) -> None:
+    """Refuse a Wait the matcher cannot run.
+
+    Raises:
+        InvalidWaitError: ``any_combination`` without groups, an empty group, an index
+            out of range, a condition without (or with a repeated) ``condition_id``; or
+            groups given to another mode.
+
+    """
+    if wait.mode != "any_combination":
+        if wait.groups:
+            raise InvalidWaitError(f"a Wait of mode {wait.mode!r} has no combinations")
+        return
+    if not wait.groups:
+        raise InvalidWaitError("Wait.any_combination_of needs at least one combination")
+    ids = [c.condition_id for c in wait.conditions]
+    if any(not i for i in ids) or len(set(ids)) != len(ids):
+        raise InvalidWaitError(
+            "every condition of Wait.any_combination_of needs its own condition_id"
+        )
+    for group in wait.groups:
+        if not group or any(not 0 <= i < len(wait.conditions) for i in group):
+            raise InvalidWaitError(f"a combination names no condition or a missing one: {group}")
+        if len(set(group)) != len(group):
+            raise InvalidWaitError(f"a combination names a condition twice: {group}")
+
+
+class InvalidWaitError(ValueError):
+    """A ``wait_for`` result that no Wait can be; the message says why."""
+
+
 def match_waits(
     waiting: Sequence[WaitingExecution],
     queues: Mapping[str, Sequence[str]],
@@ -154,6 +206,8 @@ def match_waits(
             taken: list[list[str]] | None = [[] for _ in _channels(w.wait)]
         elif w.wait.mode == "any" and w.wait.conditions:
             taken = _match_any(w.wait, available, now, closed)
+        elif w.wait.mode == "any_combination":
+            taken = _match_combination(w.wait, available, now, closed)
         else:
             taken = _match_all(w.wait, available, now, closed)
         if taken is None:
@@ -175,3 +229,43 @@ def match_waits(
             )
         )
     return matches
+
+
+class TimerSelectionError(ValueError):
+    """``skip_timer`` named no timer of the Wait (``fired`` False) or a fired one (True)."""
+
+    def __init__(self, message: str, *, fired: bool) -> None:
+        super().__init__(message)
+        self.fired = fired
+
+
+def skip_timer(
+    wait: WaitSpec, *, condition_id: str | None, condition_index: int | None, now: float
+) -> WaitSpec:
+    """Return ``wait`` with one pending timer made due at ``now`` (it fires now).
+
+    The timer is selected by its ``condition_id`` or by its zero-based position among the
+    Wait's timers (other condition kinds are not counted).
+
+    Raises:
+        TimerSelectionError: no such timer (``fired`` False), or it is no longer pending:
+            it fired or was skipped before (``fired`` True).
+
+    """
+    timers = [i for i, c in enumerate(wait.conditions) if c.kind == "timer"]
+    if condition_id is not None:
+        hits = [i for i in timers if wait.conditions[i].condition_id == condition_id]
+        what = f"condition_id {condition_id!r}"
+    else:
+        k = -1 if condition_index is None else condition_index
+        hits = [timers[k]] if 0 <= k < len(timers) else []
+        what = f"index {condition_index} (the Wait has {len(timers)} timer(s))"
+    if not hits:
+        raise TimerSelectionError(f"the Wait has no timer with {what}", fired=False)
+    at = hits[0]
+    c = wait.conditions[at]
+    if _fired(c, now):
+        raise TimerSelectionError(f"the timer with {what} is no longer pending", fired=True)
+    conditions = list(wait.conditions)
+    conditions[at] = msgspec.structs.replace(c, fire_at=now)
+    return msgspec.structs.replace(wait, conditions=conditions)

@@ -123,6 +123,8 @@ class Cluster:
 
     def _on_signal(self, kind: str, data: str) -> None:
         rt = self.rt
+        if kind in ("ready", "closed", "cancel", "unlock"):
+            rt.changes.bump()  # another server committed a change: live readers look again
         if kind == "ready":
             rt._spawn(self.claim_pool(data))
         elif kind == "rpc":

@@ -15,7 +15,7 @@ from dex._protocol import (
     Task,
 )
 
-from dex_server.engine.schema import StateNames
+from dex_server.engine.schema import StateNames, index_fields
 from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
 DEFAULT_STREAM_CAPACITY = 10 * 1024 * 1024
@@ -92,6 +92,8 @@ class SpecIndex:
         self.step_types = frozenset(self.steps)
         self.rpcs: dict[str, RpcSpec] = {r.name: r for r in spec.rpcs}
         self.state_names = StateNames.of(spec)
+        # declared Attribute (or map) name -> (index key, index type)
+        self.indexes = index_fields(spec)
         self.streams: dict[str, int] = {
             d.name: d.stream_capacity_bytes or DEFAULT_STREAM_CAPACITY
             for d in spec.state

@@ -9,6 +9,7 @@ from dex._protocol import ConditionResultsWire, RecoveryErrorWire
 
 from dex_server.engine import NewExecution, WaitingExecution, match_waits
 from dex_server.engine import history as hist
+from dex_server.engine.flow_timeout import TIMEOUT_EXECUTION_ID, TimeoutClose, timeout_close
 from dex_server.service import _children
 from dex_server.service._common import Effects, Limits, ReadyTask, SpecIndex, store_value
 from dex_server.service._tasks import build_step_task
@@ -93,8 +94,15 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
                 r.version = flow.version
 
 
-def run_matching(tx: Tx, flow: FlowRecord, now: float, eff: Effects) -> None:
-    """Wake every waiting execution of the run whose Wait is now satisfied."""
+def run_matching(
+    tx: Tx, flow: FlowRecord, now: float, eff: Effects, limits: Limits | None = None
+) -> None:
+    """Wake every waiting execution of the run whose Wait is now satisfied.
+
+    A due soft timeout (``sys:timeout_handler-1``) whose policy is FAIL or CANCEL closes
+    the run here (``limits`` gives its retention; without it the timer waits for the
+    timer loop, which passes them); under HANDLER it becomes an execute task.
+    """
     waiting = sorted(
         (e for e in tx.executions.of_run(flow.run_id) if e.phase == "waiting" and e.wait),
         key=lambda e: e.wait_seq,
@@ -116,8 +124,15 @@ def run_matching(tx: Tx, flow: FlowRecord, now: float, eff: Effects) -> None:
         _children.closed_runs(kids),
     )
     by_id = {e.execution_id: e for e in waiting}
+    timed_out: TimeoutClose | None = None
     for m in matches:
         e = by_id[m.execution_id]
+        if e.execution_id == TIMEOUT_EXECUTION_ID:
+            if limits is None:
+                continue  # the caller cannot close the run: the timer loop fires it
+            timed_out = _timeout_fired(tx, flow, e, now)
+            if timed_out is not None:
+                continue
         ids = [mid for group in m.consumed for mid in group]
         taken = tx.channels.take(flow.run_id, ids)
         flow.state_bytes -= sum(len(t.value) for t in taken.values())
@@ -134,6 +149,33 @@ def run_matching(tx: Tx, flow: FlowRecord, now: float, eff: Effects) -> None:
         e.wait = None
         tx.timers.clear(flow.run_id, e.execution_id)
         schedule(tx, flow, e, now, eff)
+    if timed_out is not None and limits is not None:
+        close_flow(
+            tx,
+            limits,
+            flow,
+            timed_out.status,
+            now,
+            eff,
+            error_type=timed_out.error_type,
+            error_message=timed_out.error_message,
+            error_detail=timed_out.error_message,
+        )
+
+
+def _timeout_fired(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float) -> TimeoutClose | None:
+    """Record the soft timeout firing; return how it closes the run (None: HANDLER)."""
+    spec = flow.timeout
+    policy = spec.policy if spec is not None and spec.policy != "default" else "fail"
+    timeout_s = spec.timeout_s if spec is not None else 0.0
+    append_history(
+        tx,
+        flow,
+        hist.FLOW_TIMEOUT_FIRED,
+        hist.flow_timeout_fired(policy=policy, deadline=flow.timeout_at, fired_at=now),
+        now,
+    )
+    return timeout_close(policy, timeout_s)
 
 
 def cancel_execs(tx: Tx, flow: FlowRecord, ids: list[str], eff: Effects) -> None:
@@ -200,7 +242,13 @@ def close_flow(
 
 
 def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Effects) -> None:
-    if flow.status == "running" and flow.closing and not tx.executions.of_run(flow.run_id):
+    if flow.status != "running" or not flow.closing:
+        return
+    # a soft timeout still waiting for its deadline does not hold the run open
+    if not any(
+        not (e.execution_id == TIMEOUT_EXECUTION_ID and e.phase == "waiting")
+        for e in tx.executions.of_run(flow.run_id)
+    ):
         close_flow(tx, limits, flow, "completed", now, eff)
 
 

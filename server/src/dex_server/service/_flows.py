@@ -9,16 +9,19 @@ from dex._protocol import (
     ActiveStepWire,
     AttributeValuesWire,
     ErrorCode,
+    FlowConfigWire,
     FlowInfoWire,
     FlowResultWire,
     FlowSpec,
     FlowStateWire,
+    FlowTimeoutSpec,
     HistoryEventWire,
     HistoryPage,
     InvokeRpcRequest,
     Movement,
     ReadAttributesRequest,
     StartFlowRequest,
+    StepOptionsSpec,
     StopFlowRequest,
     Task,
     TaskResult,
@@ -36,6 +39,15 @@ from dex_server.engine import (
     plan_step_cancellation,
 )
 from dex_server.engine import history as hist
+from dex_server.engine.config import InvalidConfigError, merge_config
+from dex_server.engine.flow_timeout import (
+    TIMEOUT_EXECUTION_ID,
+    TIMEOUT_HANDLER_STEP,
+    InvalidTimeoutError,
+    check_timeout,
+    resolve_policy,
+    timeout_wait,
+)
 from dex_server.engine.ids import new_uuid7
 from dex_server.service import _locks
 from dex_server.service._common import (
@@ -58,9 +70,15 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.service._steps import apply_effects, check_result_limits, check_result_names
+from dex_server.service._steps import (
+    apply_effects,
+    check_result_limits,
+    check_result_names,
+    raw_bytes,
+    write_index,
+)
 from dex_server.service._tasks import build_rpc_task
-from dex_server.store import FlowRecord, StoredValue, Tx
+from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
 _STOP_STATUS = {"cancel": "canceled", "terminate": "terminated", "fail": "failed"}
 
@@ -128,6 +146,7 @@ def start_flow(
         input=req.input,
         spec_version=idx.version,
     )
+    flow.config = _start_config(idx, req)
     for _ in range(_START_CONFLICT_RETRIES):
         prev = tx.flows.latest(req.flow_id)
         if prev is not None:
@@ -151,6 +170,7 @@ def start_flow(
     for a in req.initial_attributes:
         stored = store_value(tx, limits, flow.run_id, bytes(a.value))
         flow.state_bytes += tx.state.write(flow.run_id, a.name, stored)
+        write_index(tx, idx.indexes, flow.run_id, a.name, raw_bytes(a.value))
         initial[a.name] = history_value(stored) or a.value
     if flow.state_bytes > limits.max_flow_state_bytes:
         raise LimitError(
@@ -192,8 +212,63 @@ def start_flow(
         if req.start_delay_s:
             e.not_before = now + req.start_delay_s
         schedule(tx, flow, e, now, eff)
+    if req.timeout is not None:
+        _arm_timeout(tx, flow, idx, req.timeout, now, eff)
     finish(tx, flow, eff)
     return flow.run_id, eff
+
+
+def _start_config(idx: SpecIndex, req: StartFlowRequest) -> FlowConfigWire | None:
+    """Check the start's FlowConfig and soft timeout; return the config to keep."""
+    if req.timeout is not None:
+        _check_timeout(idx, req, req.timeout)
+    if req.config is None:
+        return None
+    try:
+        return merge_config(None, req.config)
+    except InvalidConfigError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=req.flow_id) from None
+
+
+def _check_timeout(idx: SpecIndex, req: StartFlowRequest, timeout: FlowTimeoutSpec) -> None:
+    try:
+        check_timeout(timeout)
+        resolve_policy(timeout.policy, has_handler=idx.spec.has_timeout_handler)
+    except InvalidTimeoutError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=req.flow_id) from None
+    route = timeout.handler.execute_failure_step if timeout.handler else None
+    if route is not None and route not in idx.step_types:
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST,
+            f"the timeout handler's failure route {route!r} is not a Step of {req.flow_type!r}",
+            flow_id=req.flow_id,
+        )
+
+
+def _arm_timeout(
+    tx: Tx, flow: FlowRecord, idx: SpecIndex, spec: FlowTimeoutSpec, now: float, eff: Effects
+) -> None:
+    """Create the run's ``sys:timeout_handler-1`` execution, waiting on the deadline timer."""
+    policy = resolve_policy(spec.policy, has_handler=idx.spec.has_timeout_handler)
+    deadline = now + spec.timeout_s
+    flow.timeout = FlowTimeoutSpec(timeout_s=spec.timeout_s, policy=policy, handler=spec.handler)
+    flow.timeout_at = deadline
+    flow.counters = {**flow.counters, TIMEOUT_HANDLER_STEP: 1}
+    flow.wait_seq += 1
+    e = ExecRecord(
+        run_id=flow.run_id,
+        execution_id=TIMEOUT_EXECUTION_ID,
+        step_type=TIMEOUT_HANDLER_STEP,
+        from_execution_id="__start__",
+        phase="waiting",
+        options=spec.handler if spec.handler is not None else StepOptionsSpec(),
+        first_attempt_at=now,
+        wait=timeout_wait(deadline),
+        wait_seq=flow.wait_seq,
+    )
+    tx.executions.put(e)
+    tx.timers.add(flow.run_id, e.execution_id, deadline)
+    eff.timers.append((deadline, flow.run_id, e.execution_id))
 
 
 def _apply_reuse_policy(
@@ -269,7 +344,36 @@ def info(flow: FlowRecord) -> FlowInfoWire:
         status=flow.status,
         started_at=flow.started_at,
         closed_at=flow.closed_at,
+        config=flow.config,
+        timeout_at=flow.timeout_at,
     )
+
+
+def update_config(tx: Tx, flow_id: str, update: FlowConfigWire, now: float) -> Effects:
+    """Merge ``update`` into the running Flow's FlowConfig (fields left None keep theirs).
+
+    The merge is recorded as a ``FlowConfigUpdated`` history event. Step methods that
+    start after it use the new ``step_durability``.
+    """
+    eff = Effects()
+    flow = tx.flows.latest(flow_id)
+    if flow is None or flow.status != "running":
+        raise ServiceError(
+            ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} is not running", flow_id=flow_id
+        )
+    try:
+        flow.config = merge_config(flow.config, update)
+    except InvalidConfigError as exc:
+        raise ServiceError(ErrorCode.BAD_REQUEST, str(exc), flow_id=flow_id) from None
+    append_history(
+        tx,
+        flow,
+        hist.FLOW_CONFIG_UPDATED,
+        hist.flow_config_updated(update=update, config=flow.config),
+        now,
+    )
+    finish(tx, flow, eff)
+    return eff
 
 
 def describe(tx: Tx, flow_id: str) -> FlowInfoWire:
@@ -531,7 +635,7 @@ def rpc_commit(
                 raise InvalidDecisionError(f"unknown Step type {name!r} to cancel")
     except InvalidDecisionError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
-    published = apply_effects(tx, limits, flow, result, now)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
     live = [
         LiveExecution(
             execution_id=e.execution_id,
@@ -566,7 +670,7 @@ def rpc_commit(
     if req.request_id:
         tx.rpc_requests.add(run_id, req.request_id, rpc_output_bytes(result), now)
     if published:
-        run_matching(tx, flow, now, eff)
+        run_matching(tx, flow, now, eff, limits)
     check_graceful(tx, limits, flow, now, eff)
     finish(tx, flow, eff)
     return eff
@@ -596,5 +700,6 @@ def sweep(tx: Tx, now: float, limit: int = 200) -> list[tuple[str, str]]:
         tx.rpc_requests.delete_run(run_id)
         tx.history.delete_run(run_id)
         tx.blobs.release_run(run_id)
+        tx.search.delete_run(run_id)
         tx.flows.delete(run_id)
     return gone

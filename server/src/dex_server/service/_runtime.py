@@ -13,6 +13,7 @@ import msgspec
 from dex._protocol import (
     ErrorCode,
     ErrorInfo,
+    FlowConfigWire,
     FlowSpec,
     HeartbeatAck,
     InvokeRpcRequest,
@@ -34,7 +35,8 @@ from dex_server.dispatch import (
 )
 from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
-from dex_server.service import _flows, _locks, _steps, _subflows
+from dex_server.service import _control, _flows, _locks, _steps, _subflows
+from dex_server.service._changes import Changes
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
     Effects,
@@ -98,6 +100,8 @@ class Runtime:
         self._versions: dict[str, int] = {}
         self._versions_touched: set[str] = set()
         self._closed_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # wakes live readers (SSE history feeds, Dex Web pages) after each commit
+        self.changes = Changes()
         self._timers: list[tuple[float, str, str]] = []
         self._timer_wake = asyncio.Event()
         self._refill_at = 0.0
@@ -184,6 +188,8 @@ class Runtime:
         self._versions_touched = set()
 
     def apply(self, eff: Effects) -> None:
+        if eff.versions or eff.closed:
+            self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
             self.specs.install(idx)
         for run_id, v in eff.versions.items():
@@ -590,6 +596,66 @@ class Runtime:
         except TimeoutError:
             return False
         return True
+
+    async def wait_step_done(
+        self, flow_id: str, step_type: str, number: int, timeout_s: float
+    ) -> bool:
+        """Wait up to ``timeout_s`` for one Step execution of the latest run to end.
+
+        Returns whether it ended. A commit of this server on the run wakes the check;
+        with several servers the store is also polled every second.
+        """
+        deadline = time.monotonic() + timeout_s
+
+        def check(tx: Tx) -> tuple[str, bool]:
+            return _control.step_done(tx, flow_id, step_type, number)
+
+        run_id, done = await self.store.run(check)
+        while not done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self.changes.watching(run_id):
+                # marked first, checked after: a commit in between still wakes us
+                seen = self.changes.mark(run_id)
+                run_id, done = await self.store.run(check)
+                if not done:
+                    wait_s = min(left, 1.0) if self.shared else left
+                    await self.changes.wait_run(run_id, seen, wait_s)
+                    run_id, done = await self.store.run(check)
+        return True
+
+    async def update_flow_config(self, flow_id: str, update: FlowConfigWire) -> None:
+        """Merge ``update`` into a running Flow's FlowConfig (see ``_flows.update_config``)."""
+        eff = await self.store.run(
+            lambda tx: _flows.update_config(tx, flow_id, update, time.time())
+        )
+        self.apply(eff)
+
+    async def skip_timer(
+        self,
+        flow_id: str,
+        step_type: str,
+        number: int,
+        condition_id: str | None,
+        condition_index: int | None,
+    ) -> None:
+        """Fire one pending timer of a waiting Step execution now (see ``_control``)."""
+        run_id = (await self.store.run(lambda tx: _flows.describe(tx, flow_id))).run_id
+        eff = await self.after_holds(
+            run_id,
+            lambda tx: _control.skip_step_timer(
+                tx,
+                self.limits,
+                flow_id,
+                step_type,
+                number,
+                condition_id,
+                condition_index,
+                time.time(),
+            ),
+        )
+        self.apply(eff)
 
     def _enter_gate(self, run_id: str) -> asyncio.Lock:
         gate, users = self._rpc_gates.get(run_id) or (asyncio.Lock(), 0)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 from dex._protocol import (
     CompletionWire,
+    DecisionSpec,
     ErrorCode,
     ErrorInfo,
     RecoveryErrorWire,
@@ -28,7 +30,12 @@ from dex_server.engine import (
     resolve_timers,
 )
 from dex_server.engine import history as hist
+from dex_server.engine.config import effective_durability
+from dex_server.engine.decisions import channels_empty, resolve_conditional_complete
 from dex_server.engine.ids import new_uuid7
+from dex_server.engine.query import FieldType
+from dex_server.engine.search import index_rows
+from dex_server.engine.waits import InvalidWaitError, check_wait
 from dex_server.service import _children, _locks
 from dex_server.service._common import (
     Effects,
@@ -117,8 +124,18 @@ def _release(tx: Tx, ref: AttemptRef) -> None:
         )
 
 
-def _context(e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
+def _context(flow: FlowRecord, e: ExecRecord, ref: AttemptRef, now: float) -> dict[str, Any]:
+    o = e.options
+    wait_for = ref.kind == "wait_for"
+    durability = effective_durability(
+        o.wait_for_durability if wait_for else o.execute_durability,
+        has_recovery_route=o.wait_for_failure_proceed
+        if wait_for
+        else o.execute_failure_step is not None,
+        flow_default=flow.config.step_durability if flow.config is not None else None,
+    )
     return {
+        "durability": durability,
         "step_type": e.step_type,
         "execution_id": e.execution_id,
         "from_execution_id": e.from_execution_id,
@@ -170,6 +187,16 @@ def check_result_names(idx: SpecIndex, result: TaskResult, what: str) -> None:
         [*(p.channel for p in result.publishes), *(d.channel for d in result.channel_deletes)],
         what,
     )
+    d = result.decision
+    if d is not None and d.kind == "force_complete_if_channels_empty":
+        undeclared = [c for c in d.empty_channels if c not in names.channels] + [
+            m for m in d.empty_channel_maps if m not in names.channel_maps
+        ]
+        if undeclared:
+            raise UndeclaredStateError(
+                f"{what}: force_complete_if_channels_empty names {undeclared[0]!r}, which the"
+                " Flow's persistence schema does not declare as a Channel or ChannelMap"
+            )
 
 
 def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
@@ -180,12 +207,25 @@ def raw_bytes(v: msgspec.Raw | None) -> bytes | None:
     return None if b == b"null" else b
 
 
-def apply_effects(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult, now: float) -> bool:
-    """Write Attributes, delete and publish messages. Return whether anything was published."""
+def apply_effects(
+    tx: Tx,
+    limits: Limits,
+    flow: FlowRecord,
+    result: TaskResult,
+    now: float,
+    indexes: Mapping[str, tuple[str, FieldType]] | None = None,
+) -> bool:
+    """Write Attributes, delete and publish messages. Return whether anything was published.
+
+    An indexed Attribute's search rows are written here too, in the same transaction, so a
+    search sees exactly what committed.
+    """
     for name, v in result.attribute_writes.items():
         b = raw_bytes(v)
         stored = store_value(tx, limits, flow.run_id, b) if b is not None else None
         flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+        if indexes:
+            write_index(tx, indexes, flow.run_id, name, b)
     for d in result.channel_deletes:
         size = tx.channels.delete(flow.run_id, d.channel, d.message_id)
         if size is not None:
@@ -194,6 +234,20 @@ def apply_effects(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult, 
         tx.channels.publish(flow.run_id, p.channel, new_uuid7(), bytes(p.value))
         flow.state_bytes += len(p.value)
     return bool(result.publishes)
+
+
+def write_index(
+    tx: Tx,
+    indexes: Mapping[str, tuple[str, FieldType]],
+    run_id: str,
+    name: str,
+    value: bytes | None,
+) -> None:
+    """Replace the search rows of Attribute ``name`` (a map instance writes its map's key)."""
+    found = indexes.get(name) or indexes.get(name.partition("/")[0] if "/" in name else "")
+    if found is not None:
+        key, ftype = found
+        tx.search.put(run_id, key, ftype.value, index_rows(ftype, value))
 
 
 def _effects_output(result: TaskResult) -> dict[str, Any]:
@@ -222,16 +276,13 @@ def apply_step_result(
         return eff
     idx = specs.of_run(tx, flow)
     try:
-        if ref.kind == "wait_for" and result.wait is None:
-            raise InvalidDecisionError("a wait_for result must carry a Wait")
-        if ref.kind == "execute" and result.decision is None:
-            raise InvalidDecisionError("an execute result must carry a decision")
+        resolved = _checked_decision(tx, flow, ref, result)
         check_result_names(idx, result, f"{e.execution_id} {ref.kind}")
         check_result_limits(tx, limits, flow, result)
         plan = None
-        if result.decision is not None:
+        if resolved is not None:
             # the other live executions matter only to cancellations
-            d = result.decision
+            d = resolved
             live = (
                 [
                     LiveExecution(
@@ -246,7 +297,7 @@ def apply_step_result(
                 else []
             )
             plan = plan_decision(
-                result.decision,
+                resolved,
                 current=LiveExecution(
                     execution_id=e.execution_id,
                     step_type=e.step_type,
@@ -262,7 +313,7 @@ def apply_step_result(
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
         return eff
-    published = apply_effects(tx, limits, flow, result, now)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
     output = _effects_output(result)
     inp: dict[str, Any] = {"stepInput": e.input, "locals": dict(e.locals)}
     e.locals.update(result.locals)
@@ -274,17 +325,20 @@ def apply_step_result(
         assert plan is not None and result.decision is not None
         inp["conditionResults"] = e.condition_results
         output["decision"] = result.decision
+        if resolved is not None and resolved.kind != result.decision.kind:
+            output["resolvedDecision"] = resolved.kind
         append_history(
             tx,
             flow,
             hist.STEP_EXECUTE_COMPLETED,
-            hist.step_event(**_context(e, ref, now), input=inp, output=output),
+            hist.step_event(**_context(flow, e, ref, now), input=inp, output=output),
             now,
         )
         tx.executions.delete(flow.run_id, e.execution_id)
         tx.timers.clear(flow.run_id, e.execution_id)
         flow.counters = plan.counters
-        if result.decision.kind in ("graceful_complete", "force_complete") and (
+        assert resolved is not None
+        if resolved.kind in ("graceful_complete", "force_complete") and (
             plan.completion_output is not None
         ):
             flow.completions.append(
@@ -312,10 +366,41 @@ def apply_step_result(
         elif plan.graceful:
             flow.closing = True
     if published and flow.status == "running":
-        run_matching(tx, flow, now, eff)
+        run_matching(tx, flow, now, eff, limits)
     check_graceful(tx, limits, flow, now, eff)
     finish(tx, flow, eff)
     return eff
+
+
+def _checked_decision(
+    tx: Tx, flow: FlowRecord, ref: AttemptRef, result: TaskResult
+) -> DecisionSpec | None:
+    """The result's decision (a conditional completion decided on the committed counts).
+
+    Raises:
+        InvalidDecisionError: the result lacks what its method returns, or its Wait
+            cannot be run.
+
+    """
+    if ref.kind == "wait_for" and result.wait is None:
+        raise InvalidDecisionError("a wait_for result must carry a Wait")
+    if ref.kind == "execute" and result.decision is None:
+        raise InvalidDecisionError("an execute result must carry a decision")
+    if result.wait is not None:
+        try:
+            check_wait(result.wait)
+        except InvalidWaitError as exc:
+            raise InvalidDecisionError(str(exc)) from None
+    d = result.decision
+    if d is None or d.kind != "force_complete_if_channels_empty":
+        return d
+    empty = channels_empty(
+        tx.channels.sizes(flow.run_id),
+        channels=d.empty_channels,
+        channel_maps=d.empty_channel_maps,
+        publishing=[p.channel for p in result.publishes],
+    )
+    return resolve_conditional_complete(d, empty=empty)
 
 
 def _apply_wait(
@@ -336,7 +421,7 @@ def _apply_wait(
         tx,
         flow,
         hist.STEP_WAIT_FOR_COMPLETED,
-        hist.step_event(**_context(e, ref, now), input=inp, output=output),
+        hist.step_event(**_context(flow, e, ref, now), input=inp, output=output),
         now,
     )
     e.attempt, e.first_attempt_at, e.last_failure, e.started_attempt = 1, now, None, 0
@@ -396,7 +481,9 @@ def fail_attempt(
         tx,
         flow,
         hist.STEP_WAIT_FOR_FAILED if kind == "wait_for" else hist.STEP_EXECUTE_FAILED,
-        hist.step_event(**_context(e, ref, now), input={"stepInput": e.input}, output=failure),
+        hist.step_event(
+            **_context(flow, e, ref, now), input={"stepInput": e.input}, output=failure
+        ),
         now,
     )
     recovery = RecoveryErrorWire(detail=error.message, error_type=error.error_type)
@@ -507,7 +594,7 @@ def fire_timer(
     if e is None:
         return eff
     if e.phase == "waiting":
-        run_matching(tx, flow, now, eff)
+        run_matching(tx, flow, now, eff, limits)
     elif e.not_before <= now and not wake_only:
         tx.timers.clear(run_id, execution_id)
         e.not_before = 0.0

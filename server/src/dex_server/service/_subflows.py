@@ -22,6 +22,8 @@ from dex_server.engine.subflows import (
     reuse_action,
     subflow_positions,
 )
+from dex_server.engine.waits import InvalidWaitError
+from dex_server.engine.waits import check_wait as check_wait_shape
 from dex_server.service import _steps
 from dex_server.service._common import Effects, Limits, ServiceError, Specs
 from dex_server.service._flows import resolve_spec, start_flow
@@ -59,6 +61,7 @@ def apply_step_result(
     flow, e = loaded
     eff = Effects()
     try:
+        check_wait_shape(wait)
         _steps.check_result_names(specs.of_run(tx, flow), result, f"{e.execution_id} wait_for")
         _steps.check_result_limits(tx, limits, flow, result)
         check_wait(tx, limits, specs, flow, e, wait)
@@ -67,7 +70,7 @@ def apply_step_result(
             task_id=result.task_id,
             error=ErrorInfo(error_type=exc.code, message=str(exc), non_retryable=True),
         )
-    except UndeclaredStateError:
+    except (UndeclaredStateError, InvalidWaitError):
         pass  # the Step job refuses the result with its own error
     else:
         wait = start_children(tx, limits, specs, flow, e, wait, now, eff)

@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 from dex._protocol import FlowSpec
 
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
+from dex_server.store._search import SearchRepo
 
 
 class FlowsStore(Protocol):
@@ -264,6 +265,7 @@ class Tx:
     rpc_requests: RpcRequestsStore
     locks: LocksStore
     streams: StreamsStore
+    search: SearchRepo
 
 
 T = TypeVar("T")

@@ -9,6 +9,8 @@ from dex._protocol import (
     CompletionWire,
     ConditionResultsWire,
     ErrorInfo,
+    FlowConfigWire,
+    FlowTimeoutSpec,
     OptionalRaw,
     RecoveryErrorWire,
     StepOptionsSpec,
@@ -45,6 +47,10 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     commit_hold: str | None = None
     # the version of the Flow type's spec the run started with ("" before versions existed)
     spec_version: str = ""
+    config: FlowConfigWire | None = None
+    # the soft timeout the run started with (``policy`` resolved) and its absolute deadline
+    timeout: FlowTimeoutSpec | None = None
+    timeout_at: float | None = None
     # SubFlows: the Flow ID of the parent run whose Step started this run (the system search
     # index DexParentFlowID), and the Step executions (run_id, execution_id) waiting for this
     # run to end (woken by a Timer row at its close)

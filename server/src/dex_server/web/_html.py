@@ -167,6 +167,7 @@ svg.graph .start-dot{fill:#1d232a}
 .key{display:inline-block;padding:0 .5em;border:2px solid}
 .key-active{background:#e6f6ee;border-color:#0a6}.key-next{background:#fff8e1;border-color:#d89b00}
 #graph-steps li.active{font-weight:600}
+.live{border-color:#7a5cd6;background:#faf8ff}.live-note{color:#556;font-size:.9em}
 """
 
 
@@ -186,7 +187,8 @@ def layout(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f"<title>{h(title)} · Dex Web</title>"
-        '<link rel=stylesheet href="/ui/static/dex-web.css"></head><body>'
+        '<link rel=stylesheet href="/ui/static/dex-web.css">'
+        '<script src="/ui/static/dex-live.js" defer></script></head><body>'
         f"<header><strong>Dex Web</strong>{nav}{sign_out or ''}</header>"
         f"<main><h1>{h(title)}</h1>{h(body)}</main></body></html>"
     )

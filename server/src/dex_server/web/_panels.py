@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from dex_server.engine import features
@@ -224,14 +226,33 @@ def time_filters(after_text: str, before_text: str) -> Safe:
 
 
 def search_hook(query: str) -> Safe:
-    """The search-by-Attributes input: shown only when this server runs Flow search.
-
-    Until the engine has ``search_flows`` the server does not run ``features.SEARCH`` and
-    the form has no such input; the listing's call to the search lands with it.
-    """
+    """The search-by-Attributes input: shown only when this server runs Flow search."""
     if features.SEARCH not in features.SERVER_FEATURES:
         return Safe("")
     return Safe(
         '<label class=search>Search <input name=query size=40 value="'
-        f'{h(query)}" placeholder="indexed Attributes"></label>'
+        f'{h(query)}" placeholder="indexed Attributes, e.g. Region = \'eu\'"></label>'
     )
+
+
+def query_error(query: str, message: str, position: int) -> Safe:
+    """A query's parse error: the parser's message and the query with a caret under the token."""
+    line_start = query.rfind("\n", 0, position) + 1
+    line_end = query.find("\n", position)
+    line = query[line_start : line_end if line_end >= 0 else len(query)]
+    caret = " " * (position - line_start) + "^"
+    return join(
+        [
+            tag("div", f"Not searched: {message}.", class_="error", role="status"),
+            tag("pre", f"{line}\n{caret}", class_="query-error", id="query-error"),
+        ]
+    )
+
+
+def indexed_cell(attrs: Mapping[str, Any]) -> Safe:
+    """A search result's indexed Attribute values, one ``key = JSON`` line each (escaped)."""
+    lines = [
+        tag("div", f"{key} = {json.dumps(attrs[key], ensure_ascii=False)}", data_key=key)
+        for key in sorted(attrs)
+    ]
+    return join(lines)

@@ -10,14 +10,17 @@ from dataclasses import dataclass
 from typing import Any, get_args
 from urllib.parse import parse_qsl
 
-from dex._protocol import ErrorCode, InvokeRpcRequest, StopFlowRequest
+from dex._protocol import ErrorCode, InvokeRpcRequest, SearchFlowsResponse, StopFlowRequest
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dex_server.engine import features
+from dex_server.engine.query import QueryError, listing_conditions, parse_query, with_conditions
 from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
+from dex_server.service._search import search_fields, search_flows
 from dex_server.store import StoreUnavailableError
 from dex_server.store._records import FlowStatus
 from dex_server.web import _graph, _panels, _reads
@@ -33,6 +36,7 @@ from dex_server.web._html import (
     value_block,
     when,
 )
+from dex_server.web._live import Live
 from dex_server.web._security import WebSecurity, set_cookie_header
 
 _STATUSES: tuple[str, ...] = get_args(FlowStatus)
@@ -42,9 +46,10 @@ _PAGE_SIZE = 50
 _HISTORY_PAGE = 100
 _REMOTE_RPC_TIMEOUT_S = 5.0
 _HEADERS = {
-    # no script runs on these pages: defence in depth behind the escaping
+    # only Dex Web's own script file runs (no inline script): defence behind the escaping
     "content-security-policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self';"
+        " img-src 'self'; form-action 'self';"
         " frame-ancestors 'none'; base-uri 'none'"
     ),
     "x-content-type-options": "nosniff",
@@ -188,6 +193,7 @@ class WebUI:
             Route("/ui/approvals/resolve", g(self._resolve, post=True), methods=["POST"]),
             Route("/ui/session/steer", g(self._steer, post=True), methods=["POST"]),
             Route("/ui/session/cancel", g(self._cancel_turn, post=True), methods=["POST"]),
+            *Live(self.runtime).routes(g),
         ]
 
     async def _read(self, job: Callable[[Any], Any]) -> Any:
@@ -291,9 +297,40 @@ class WebUI:
             # a bad filter runs no query: the form comes back with the message
             problem = _notice(f"Not filtered: {err.message}.", error=True)
             started_after = started_before = None
+        query = q.get("query", "")
+        searching = bool(query.strip()) and features.SEARCH in features.SERVER_FEATURES
         flows: list[Any] = []
+        indexed: list[dict[str, Any]] = []
         nxt: str | None = None
-        if problem is None:
+        if problem is None and searching:
+            text = with_conditions(
+                query,
+                listing_conditions(
+                    status=status,
+                    flow_type=flow_type,
+                    flow_id_prefix=prefix,
+                    started_after=started_after,
+                    started_before=started_before,
+                ),
+            )
+
+            def run_search(tx: Any) -> SearchFlowsResponse:
+                # parse the person's text alone first, so an error's position is theirs
+                parse_query(query, search_fields(tx))
+                return search_flows(tx, text, _PAGE_SIZE, before or "", True)
+
+            try:
+                found: SearchFlowsResponse = await self._read(run_search)
+            except QueryError as err:
+                problem = _panels.query_error(query, str(err), err.position)
+            except ServiceError as err:
+                if err.code != ErrorCode.BAD_REQUEST:
+                    raise
+                problem = _notice(f"Not searched: {err.message}.", error=True)
+            else:
+                flows, nxt = list(found.flows), found.next_page_token
+                indexed = [dict(f.indexed_attributes) for f in found.flows]
+        elif problem is None:
             flows, nxt = await self._read(
                 lambda tx: _reads.list_flows(
                     tx,
@@ -324,13 +361,21 @@ class WebUI:
                 "<tr>"
                 f"<td>{link('/ui/flow', f.flow_id, id=f.flow_id)}</td><td>{h(f.flow_type)}</td>"
                 f"<td>{tag('span', f.status, class_=f'status status-{f.status}')}</td>"
-                f"<td>{when(f.started_at)}</td><td>{when(f.closed_at)}</td></tr>"
+                f"<td>{when(f.started_at)}</td><td>{when(f.closed_at)}</td>"
+                + (
+                    f"<td class=indexed>{_panels.indexed_cell(indexed[i])}</td>"
+                    if searching
+                    else ""
+                )
+                + "</tr>"
             )
-            for f in flows
+            for i, f in enumerate(flows)
         )
         table = Safe(
             "<table id=flows><thead><tr><th>Flow ID</th><th>Flow type</th><th>Status</th>"
-            f"<th>Started</th><th>Closed</th></tr></thead><tbody>{rows}</tbody></table>"
+            "<th>Started</th><th>Closed</th>"
+            + ("<th>Indexed Attributes</th>" if searching else "")
+            + f"</tr></thead><tbody>{rows}</tbody></table>"
         )
         empty = _empty("No Flows match.") if not flows and problem is None else Safe("")
         more = (
@@ -342,6 +387,7 @@ class WebUI:
                 prefix=prefix,
                 started_after=after_text,
                 started_before=before_text,
+                query=query if searching else None,
                 page_token=nxt,
             )
             if nxt
@@ -585,6 +631,10 @@ class WebUI:
                 Safe(
                     f'<input type=hidden name=id value="{h(a.flow_id)}">'
                     f'<input type=hidden name=interrupt_id value="{h(a.interrupt_id)}">'
+                    f'<input type=hidden name=original value="{h(a.arguments)}">'
+                    "<label>Edit arguments <textarea name=arguments rows=3 cols=60>"
+                    f"{h(a.arguments)}</textarea></label> "
+                    "<label>Approver <input name=approver size=20></label> "
                     "<button type=submit name=decision value=approve>Approve</button> "
                     "<label>Reason <input name=reason size=40></label>"
                     "<button type=submit name=decision value=reject>Reject</button>"
@@ -614,6 +664,9 @@ class WebUI:
         form: dict[str, str] = request.state.form
         approved = form.get("decision") == "approve"
         reason = form.get("reason", "").strip() or None
+        edited = _edited_arguments(form) if approved else None
+        if isinstance(edited, Safe):
+            return await self._approvals(request, ctx, edited, 400)
         ok, out = await self._rpc(
             form.get("id", ""),
             "resolve_interrupt",
@@ -621,6 +674,8 @@ class WebUI:
                 "interrupt_id": form.get("interrupt_id", ""),
                 "approved": approved,
                 "rejection_message": None if approved else reason,
+                "arguments": edited,
+                "approver": form.get("approver", "").strip() or None,
             },
         )
         if not ok:
@@ -639,6 +694,8 @@ class WebUI:
         verdict = (
             "Approved" if approved else "Rejected" + (f" with reason: {reason}" if reason else "")
         )
+        if edited is not None:
+            verdict += " with edited arguments"
         return await self._approvals(request, ctx, _notice(f"{verdict}."))
 
     async def _session(
@@ -816,3 +873,17 @@ class WebMount:
             await self.web(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _edited_arguments(form: dict[str, str]) -> str | Safe | None:
+    """The approver's edited arguments, None when unchanged, or an error notice."""
+    text = form.get("arguments", "").strip()
+    if not text or text == form.get("original", "").strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return _notice("Edited arguments must be a JSON object; nothing changed.", error=True)
+    return text

@@ -6,7 +6,22 @@ and every tool call as its own Step. ``AgentSessionClient`` starts sessions, sen
 messages, resolves approvals, steers and cancels turns, and reads snapshots and events.
 """
 
+from dex_agents._approvals import InvalidApprovalError, canonical_arguments_sha256
 from dex_agents._client import AgentEventMessage, AgentSessionClient
+from dex_agents._connectors import (
+    CallableSecrets,
+    Connector,
+    ConnectorCallError,
+    ConnectorManifestError,
+    ConnectorOperation,
+    ConnectorSecret,
+    ConnectorSecretError,
+    ConnectorToolSource,
+    EnvSecrets,
+    FileSecrets,
+    SecretProvider,
+)
+from dex_agents._connectors_openapi import OpenAPIConnector
 from dex_agents._enums import (
     AgentEventType,
     AgentStatus,
@@ -17,6 +32,7 @@ from dex_agents._enums import (
 )
 from dex_agents._events import AgentEventWriter
 from dex_agents._flow import AgentSessionFlow
+from dex_agents._mcp import IDEMPOTENCY_KEY_META, MCPToolSource
 from dex_agents._persistence import (
     AGENT_EVENTS,
     AGENT_MESSAGES,
@@ -39,7 +55,13 @@ from dex_agents._persistence import (
     ToolCallResults,
     persistence,
 )
-from dex_agents._policy import AgentSessionOptions, ToolPolicy, is_approval_required
+from dex_agents._policy import (
+    AgentSessionOptions,
+    Reconciler,
+    ReconcileResult,
+    ToolPolicy,
+    is_approval_required,
+)
 from dex_agents._records import (
     AgentEvent,
     AgentInterrupt,
@@ -52,10 +74,13 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    ApprovalReceipt,
     FrameworkMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
+    ToolCallReconciliation,
     TurnControl,
 )
 from dex_agents._runner import (
@@ -77,6 +102,7 @@ from dex_agents._text import (
     describe_tool_call_outcome,
     message_sequence_key,
 )
+from dex_agents._tool_input import InterruptKind, ToolInputAnswer, ToolInputRequired, ToolQuestion
 from dex_agents._tool_sources import SourceTool, ToolSource
 
 __all__ = [
@@ -137,6 +163,18 @@ __all__ = [
     "ToolPolicy",
     "SourceTool",
     "ToolSource",
+    "CallableSecrets",
+    "Connector",
+    "ConnectorCallError",
+    "ConnectorManifestError",
+    "ConnectorOperation",
+    "ConnectorSecret",
+    "ConnectorSecretError",
+    "ConnectorToolSource",
+    "EnvSecrets",
+    "FileSecrets",
+    "OpenAPIConnector",
+    "SecretProvider",
     "TurnCompleted",
     "TurnControl",
     "TurnControlKind",
@@ -146,4 +184,17 @@ __all__ = [
     "describe_tool_call_outcome",
     "is_approval_required",
     "message_sequence_key",
+    "IDEMPOTENCY_KEY_META",
+    "InterruptKind",
+    "MCPToolSource",
+    "ToolInputAnswer",
+    "ToolInputRequired",
+    "ToolQuestion",
+    "ApprovalReceipt",
+    "InvalidApprovalError",
+    "ReconcileResult",
+    "ReconcileToolCallRequest",
+    "Reconciler",
+    "ToolCallReconciliation",
+    "canonical_arguments_sha256",
 ]

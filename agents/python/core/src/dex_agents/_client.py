@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dex import AsyncClient, RpcLockConflictError, StopFlowOptions, StopType
 
+from dex_agents._approvals import check_reconcile_request, check_resolve_request
 from dex_agents._flow import AgentSessionFlow
 from dex_agents._records import (
     AgentEvent,
@@ -18,6 +19,7 @@ from dex_agents._records import (
     AgentSnapshot,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
 )
 from dex_agents._rpcs import read_committed_snapshot
@@ -91,17 +93,74 @@ class AgentSessionClient:
         interrupt_id: str,
         approved: bool,
         rejection_message: str | None = None,
+        *,
+        answer: Mapping[str, Any] | None = None,
+        arguments: str | None = None,
+        approver: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> bool:
         """Approve or reject a pending tool call; False if it is not pending or expired.
 
         Retries ``RpcLockConflictError`` (a Step holding ``PendingInterrupts``) for up to
         5 seconds, then raises it. ``rejection_message`` is dropped on approval.
+
+        Beyond the seeds (keyword-only): ``arguments`` (a JSON object as text, at most
+        64 KiB) replaces the model's arguments and the tool runs with it; ``approver`` is
+        recorded in the approval receipt (as given: the server's tokens carry no subject
+        to check it against) and is required when the policy needs several approvals;
+        ``arguments_sha256`` (``AgentInterrupt.arguments_sha256`` as you showed it) makes
+        the approval return False if the arguments changed since. With
+        ``min_approvals`` above 1, each distinct approver's call returns True and the
+        tool runs after the last one.
+
+        For a ``question`` interrupt (a running tool asks for input), ``approved=True``
+        with ``answer`` (the fields its ``requested_schema`` asks for) answers it, and
+        ``approved=False`` declines; either way the call then runs again with the answer.
+
+        Raises:
+            InvalidApprovalError: malformed arguments or approver (checked before sending).
+
         """
         request = ResolveInterruptRequest(
-            interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
+            interrupt_id,
+            approved,
+            rejection_message,
+            arguments=arguments,
+            approver=approver,
+            arguments_sha256=arguments_sha256,
+            answer=None if answer is None else dict(answer),
         )
+        check_resolve_request(request)
         return await _retry_lock_conflicts(
             lambda: self._call_bool(self.flow.resolve_interrupt, session_id, request)
+        )
+
+    async def reconcile_tool_call(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        succeeded: bool,
+        note: str,
+        *,
+        reconciled_by: str = "",
+    ) -> bool:
+        """Settle a tool call whose outcome is unknown, by hand (beyond the seeds).
+
+        Use it when the tool's policy sets ``await_reconciliation`` and the call waits in
+        ``awaiting_reconciliation``: say whether the write took effect and on what
+        evidence (``note``, shown to the model). Returns False when the call is not
+        waiting. Retries lock conflicts for up to 5 seconds.
+
+        Raises:
+            InvalidApprovalError: blank or too long note (checked before sending).
+
+        """
+        request = ReconcileToolCallRequest(
+            tool_call_id, succeeded, note, reconciled_by=reconciled_by
+        )
+        check_reconcile_request(request)
+        return await _retry_lock_conflicts(
+            lambda: self._call_bool(self.flow.reconcile_tool_call, session_id, request)
         )
 
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:

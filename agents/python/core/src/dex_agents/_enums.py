@@ -40,9 +40,12 @@ class ToolEffect(StrEnum):
 class ToolCallStatus(StrEnum):
     """Status of one ``AgentToolCall`` record.
 
-    ``PENDING``, ``AWAITING_APPROVAL`` and ``APPROVED`` are not final: the tool has not
-    produced a result yet. Every other status is final, and a record becomes final exactly
-    once, when its one ``ToolCallResults`` message is published.
+    ``PENDING``, ``AWAITING_APPROVAL``, ``APPROVED`` and ``AWAITING_RECONCILIATION`` are
+    not final: the tool has not produced a result yet (``AWAITING_RECONCILIATION``,
+    beyond the seeds: its outcome is unknown and a person must settle it with
+    ``reconcile_tool_call`` before the model is called again). Every other status is
+    final, and a record becomes final exactly once, when its one ``ToolCallResults``
+    message is published.
     """
 
     PENDING = "pending"
@@ -53,6 +56,7 @@ class ToolCallStatus(StrEnum):
     REJECTED = "rejected"
     OUTCOME_UNKNOWN = "outcome_unknown"
     CANCELLED = "cancelled"
+    AWAITING_RECONCILIATION = "awaiting_reconciliation"
 
     @property
     def is_final(self) -> bool:
@@ -61,6 +65,7 @@ class ToolCallStatus(StrEnum):
             ToolCallStatus.PENDING,
             ToolCallStatus.AWAITING_APPROVAL,
             ToolCallStatus.APPROVED,
+            ToolCallStatus.AWAITING_RECONCILIATION,
         )
 
     @property
@@ -93,7 +98,12 @@ class AgentEventType(StrEnum):
     ``usage_recorded`` {recorded, session} (only for a model call that reported usage).
     Beyond them: ``turn_steered`` {message_count}
     and ``turn_cancelled`` {message_count}, written when a steered or cancelled turn ends,
-    and ``custom`` for a runner's own ``write_event`` payloads {name, ...}.
+    ``custom`` for a runner's own ``write_event`` payloads {name, ...}, and
+    ``tool_call_reconciled`` {tool_call_id, tool_name, status, reconciled_by, evidence}
+    when an ``outcome_unknown`` call is settled. ``interrupt_resolved`` also carries
+    {approvers, arguments_sha256, arguments_edited} beyond the seeds. The
+    ``interrupt_raised`` of a tool's question (``ToolInputRequired``) also has {kind,
+    message}.
     """
 
     TURN_STARTED = "turn_started"
@@ -110,6 +120,7 @@ class AgentEventType(StrEnum):
     INTERRUPT_RESOLVED = "interrupt_resolved"
     USAGE_RECORDED = "usage_recorded"
     CUSTOM = "custom"
+    TOOL_CALL_RECONCILED = "tool_call_reconciled"
 
 
 class TurnControlKind(StrEnum):

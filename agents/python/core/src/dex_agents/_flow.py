@@ -25,6 +25,7 @@ from dex_agents._records import (
     AgentSnapshot,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
 )
 from dex_agents._rpcs import (
@@ -33,6 +34,7 @@ from dex_agents._rpcs import (
     get_agent_snapshot,
     list_agent_messages,
     plan_turn_stop,
+    reconcile_tool_call,
     resolve_interrupt,
     send_user_message,
 )
@@ -43,6 +45,9 @@ from dex_agents._tool_steps import (
     AwaitToolApproval,
     CallSingleAttemptTool,
     CallTool,
+    RaiseToolQuestion,
+    ReconcileToolCall,
+    RecordReconcileFailure,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
 )
@@ -110,11 +115,15 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             AGENT_EVENTS, AgentEvent, self.options.agent_events_capacity_bytes
         )
         parts = SessionParts(runner=runner, options=self.options, events=self.agent_events)
-        record_failure = RecordToolFailure(parts)
-        record_unknown = RecordToolOutcomeUnknown(parts)
+        reconcile_failure = RecordReconcileFailure(parts)
+        reconcile = ReconcileToolCall(parts, reconcile_failure)
+        record_failure = RecordToolFailure(parts, reconcile)
+        record_unknown = RecordToolOutcomeUnknown(parts, reconcile)
         call = CallTool(parts, record_failure)
         single = CallSingleAttemptTool(parts, record_unknown)
         approval = AwaitToolApproval(parts, {True: call, False: single})
+        questions = RaiseToolQuestion(parts, approval)
+        call.questions = questions
         self._start = StartAgentSession(parts)
         self._steps = (
             AwaitUserMessage(parts),
@@ -124,9 +133,12 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             single,
             record_failure,
             record_unknown,
+            reconcile,
+            reconcile_failure,
             ResumeTurn(parts),
             RecordTurnFailure(parts),
             StopTurn(parts),
+            questions,
         )
 
     def get_flow_type(self) -> str:
@@ -177,8 +189,27 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         Locks ``PendingInterrupts``; removes the interrupt and publishes the answer in one
         commit. Returns False when it is not pending or its deadline passed. A concurrent
         Step holding the lock makes it raise ``RpcLockConflictError`` (retry).
+
+        Beyond the seeds: ``input.arguments`` edits the arguments the tool runs with,
+        ``input.approver`` is recorded in the receipt, ``input.arguments_sha256`` makes the
+        approval apply only to the arguments the approver saw, and a policy's
+        ``min_approvals`` keeps the interrupt pending until enough distinct approvers
+        answered (each returns True). A malformed request raises ``InvalidApprovalError``.
         """
         return resolve_interrupt(context, input)
+
+    @rpc(
+        lock_attributes=(persistence.PendingInterrupts.lock(),),
+        load_attribute_maps=(persistence.AgentToolCalls,),
+    )
+    async def reconcile_tool_call(self, context: Context, input: ReconcileToolCallRequest) -> bool:
+        """Settle a call waiting in ``awaiting_reconciliation`` by hand (beyond the seeds).
+
+        The call becomes ``succeeded`` or ``failed`` with the note as its evidence, and the
+        model sees that outcome when the turn resumes. Returns False when the call is not
+        waiting for reconciliation. A blank note raises ``InvalidApprovalError``.
+        """
+        return reconcile_tool_call(context, input)
 
     @rpc(load_attribute_maps=(persistence.AgentToolCalls,))
     async def get_agent_snapshot(self, context: Context) -> AgentSnapshot:

@@ -21,6 +21,7 @@ from dex_agents._enums import (
     ToolEffect,
     TurnControlKind,
 )
+from dex_agents._tool_input import InterruptKind, ToolInputAnswer, ToolQuestion
 
 
 class AgentUsage(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +88,46 @@ class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
 
 
+class ApprovalReceipt(msgspec.Struct, frozen=True, kw_only=True):
+    """One person's approval of a tool call, kept on its interrupt and then on its record.
+
+    Attributes:
+        approver: who approved, as the application passed it ("" when it passed none).
+            The server's tokens carry no subject, so the session records the string as
+            given; the application is responsible for passing an authenticated identity.
+        approved_at: Unix seconds on the server's clock when the approval arrived.
+        arguments_sha256: sha256 (hex) of the canonical JSON of the exact arguments
+            approved (``canonical_arguments_sha256``); the call runs with those.
+        edited: whether this approver changed the arguments.
+
+    """
+
+    approver: str
+    approved_at: float
+    arguments_sha256: str
+    edited: bool = False
+
+
+class ToolCallReconciliation(msgspec.Struct, frozen=True, kw_only=True):
+    """How an ``outcome_unknown`` call was settled (beyond the seeds).
+
+    Attributes:
+        status: ``succeeded`` (the write took effect) or ``failed`` (it did not).
+        evidence: what the read-back found, or the note of the person who settled it.
+        reconciled_by: ``"reconcile"`` for the policy's read-back function, else the
+            person or system that called ``reconcile_tool_call``.
+        reconciled_at: Unix seconds on the server's clock.
+        unknown_detail: why the outcome was unknown (the failed Step's recovery detail).
+
+    """
+
+    status: ToolCallStatus
+    evidence: str
+    reconciled_by: str
+    reconciled_at: float
+    unknown_detail: str | None = None
+
+
 class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
     """Record of one tool call of the active turn (``AgentToolCalls`` map, key tool_call_id).
 
@@ -96,7 +137,8 @@ class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
         tool_call_id: the framework's ID, unique within the turn.
         turn_id: the turn that requested it.
         tool_name: the tool's name.
-        arguments: the arguments as the model produced them (usually JSON text).
+        arguments: the arguments the tool runs with: the model's, or the approved ones
+            when an approver edited them (usually JSON text).
         effect: the resolved effect class.
         requires_approval: whether it waits in ``AwaitToolApproval`` before running.
         deferral_order: 0-based position among all calls the turn deferred.
@@ -106,6 +148,13 @@ class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
         output: the tool's output when ``SUCCEEDED``.
         error: the failure message (``FAILED``) or recovery detail (``OUTCOME_UNKNOWN``).
         rejection_message: why the call was rejected (``REJECTED``), if a reason was given.
+        question: the question the call waits on (a ``question`` interrupt), if any.
+        answers: answers to the call's questions so far, in order; replayed on each run.
+        proposed_arguments: the arguments as the model produced them (beyond the seeds;
+            None on records written before this field existed).
+        approved_arguments: the exact arguments the approvals cover, once approved.
+        approvals: the approval receipts (who, when, which arguments), oldest first.
+        reconciliation: how an unknown outcome was settled, if it was.
 
     """
 
@@ -122,6 +171,17 @@ class AgentToolCall(msgspec.Struct, frozen=True, kw_only=True):
     output: str | None = None
     error: str | None = None
     rejection_message: str | None = None
+    question: ToolQuestion | None = None
+    answers: list[ToolInputAnswer] = []
+    proposed_arguments: str | None = None
+    approved_arguments: str | None = None
+    approvals: list[ApprovalReceipt] = []
+    reconciliation: ToolCallReconciliation | None = None
+
+    @property
+    def arguments_edited(self) -> bool:
+        """Whether an approver changed the model's arguments before the call ran."""
+        return self.proposed_arguments is not None and self.arguments != self.proposed_arguments
 
 
 class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,9 +192,19 @@ class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
         tool_call_id: the call it guards.
         turn_id: the turn that raised it.
         tool_name: the tool's name.
-        arguments: the call's arguments.
-        created_at: Unix seconds when it was raised (Worker clock).
-        deadline: Unix seconds after which it expires as rejected, or None (no deadline).
+        arguments: the arguments awaiting approval (an approver's edit replaces the
+            model's until the call runs).
+        created_at: Unix seconds when it was raised (server clock: when the server
+            dispatched the model call that raised it).
+        deadline: Unix seconds (server clock) after which it expires as rejected, or None.
+        arguments_sha256: sha256 of the canonical JSON of ``arguments``; pass it back to
+            ``resolve_interrupt`` to approve exactly what you saw.
+        min_approvals: distinct approvals needed before the call runs (default 1).
+        approvals: the approvals collected so far for the current ``arguments``.
+        proposed_arguments: the model's arguments, once an approver edited them.
+        kind: ``approval`` (approve or reject the call) or ``question`` (the running tool
+            asks for input: answer with ``approved=True`` and ``answer``, or decline).
+        question: the tool's question, for a ``question`` interrupt.
 
     """
 
@@ -145,22 +215,74 @@ class AgentInterrupt(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
     created_at: float
     deadline: float | None = None
+    kind: InterruptKind = InterruptKind.APPROVAL
+    question: ToolQuestion | None = None
+    arguments_sha256: str = ""
+    min_approvals: int = 1
+    approvals: list[ApprovalReceipt] = []
+    proposed_arguments: str | None = None
 
 
 class AgentInterruptResolution(msgspec.Struct, frozen=True):
-    """A person's answer, published to ``InterruptResolutions`` keyed by interrupt ID."""
+    """A person's answer, published to ``InterruptResolutions`` keyed by interrupt ID.
+
+    ``arguments`` (the approved arguments) and ``approvals`` (the receipts) are beyond
+    the seeds; ``rejected_by`` names who rejected.
+    """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    answer: dict[str, Any] | None = None
+    arguments: str | None = None
+    approvals: list[ApprovalReceipt] = []
+    rejected_by: str | None = None
 
 
 class ResolveInterruptRequest(msgspec.Struct, frozen=True):
-    """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval."""
+    """Input of the ``resolve_interrupt`` RPC. ``rejection_message`` is dropped on approval.
+
+    The seeds' shape is ``ResolveInterruptRequest(interrupt_id, approved,
+    rejection_message)``; the fields after it are optional and beyond the seeds.
+
+    Attributes:
+        interrupt_id: the pending interrupt.
+        approved: approve (True) or reject (False).
+        rejection_message: why it was rejected (shown to the model).
+        arguments: edited arguments (a JSON object as text) the tool must run with
+            instead of the model's; None keeps the arguments as they are.
+        approver: who answers (recorded in the receipt; required when the tool's policy
+            needs more than one approval).
+        arguments_sha256: the ``AgentInterrupt.arguments_sha256`` the approver saw; the
+            approval does not apply (False) when the arguments changed since.
+        answer: the answer to a ``question`` interrupt (the fields its schema asks for).
+
+    """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    answer: dict[str, Any] | None = None
+    arguments: str | None = None
+    approver: str | None = None
+    arguments_sha256: str | None = None
+
+
+class ReconcileToolCallRequest(msgspec.Struct, frozen=True):
+    """Input of the ``reconcile_tool_call`` RPC (beyond the seeds).
+
+    Attributes:
+        tool_call_id: a call of the active turn waiting for reconciliation.
+        succeeded: True when the write took effect, False when it did not.
+        note: the evidence (required, at most 4,000 characters); the model sees it.
+        reconciled_by: the person or system settling it (recorded as given).
+
+    """
+
+    tool_call_id: str
+    succeeded: bool
+    note: str
+    reconciled_by: str = ""
 
 
 class AgentUserMessage(msgspec.Struct, frozen=True):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from dex import AsyncClient, AttributeRangeSpec, Context, ReadAttributesRequest
+from msgspec.structs import replace
 
+from dex_agents._approvals import (
+    apply_approval,
+    check_identity,
+    check_reconcile_request,
+    check_resolve_request,
+    server_now,
+)
 from dex_agents._enums import AgentStatus, ToolCallStatus, TurnControlKind
 from dex_agents._history import read_messages, sequence_key_or_end
 from dex_agents._persistence import (
@@ -31,11 +38,14 @@ from dex_agents._records import (
     AgentUsage,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    ReconcileToolCallRequest,
     ResolveInterruptRequest,
+    ToolCallReconciliation,
     TurnControl,
 )
 from dex_agents._session import all_tool_calls, finish_tool_call, pending_interrupts
 from dex_agents._text import SEQUENCE_KEY_DIGITS, is_blank, message_sequence_key
+from dex_agents._tool_input import InterruptKind
 
 SNAPSHOT_MESSAGES = 200
 MAX_PAGE = 200
@@ -50,26 +60,103 @@ def send_user_message(ctx: Context, message: AgentUserMessage) -> bool:
 
 
 def resolve_interrupt(ctx: Context, request: ResolveInterruptRequest) -> bool:
-    """Remove a pending interrupt and publish its answer, in one commit.
+    """Apply one answer to a pending interrupt, in one commit.
 
-    Returns False when the interrupt is not pending or its deadline (Worker clock) passed.
+    A rejection, or the approval that completes ``min_approvals``, removes the interrupt
+    and publishes the answer (with the approved arguments and the receipts). An earlier
+    approval of several is kept on the interrupt. Returns False (nothing changes) when
+    the interrupt is not pending, its deadline passed (server clock), the approval's
+    ``arguments_sha256`` no longer matches the arguments, or the approver already
+    approved (or is missing) where several approvals are needed.
+
+    Raises:
+        InvalidApprovalError: the request is malformed (see ``check_resolve_request``).
+
     """
+    check_resolve_request(request)
     pending = pending_interrupts(ctx)
     match = next((i for i in pending if i.interrupt_id == request.interrupt_id), None)
     if match is None:
         return False
-    if match.deadline is not None and time.time() > match.deadline:
+    now = server_now(ctx)
+    if match.deadline is not None and now > match.deadline:
         return False
+    if match.kind is InterruptKind.QUESTION:
+        # a tool's question: the answer (or a decline) goes to the call as it is
+        persistence.PendingInterrupts.set(ctx, [i for i in pending if i is not match])
+        persistence.InterruptResolutions.publish(
+            ctx,
+            match.interrupt_id,
+            AgentInterruptResolution(
+                interrupt_id=match.interrupt_id,
+                approved=request.approved,
+                rejection_message=None if request.approved else request.rejection_message,
+                answer=request.answer if request.approved else None,
+            ),
+        )
+        return True
+    if not request.approved:
+        persistence.PendingInterrupts.set(ctx, [i for i in pending if i is not match])
+        persistence.InterruptResolutions.publish(
+            ctx,
+            match.interrupt_id,
+            AgentInterruptResolution(
+                interrupt_id=match.interrupt_id,
+                approved=False,
+                rejection_message=request.rejection_message,
+                rejected_by=check_identity(request.approver, "approver") or None,
+            ),
+        )
+        return True
+    outcome = apply_approval(match, request, now)
+    if not outcome.applies:
+        return False
+    if not outcome.complete:
+        persistence.PendingInterrupts.set(
+            ctx, [outcome.interrupt if i is match else i for i in pending]
+        )
+        return True
     persistence.PendingInterrupts.set(ctx, [i for i in pending if i is not match])
     persistence.InterruptResolutions.publish(
         ctx,
         match.interrupt_id,
         AgentInterruptResolution(
             interrupt_id=match.interrupt_id,
-            approved=request.approved,
-            rejection_message=None if request.approved else request.rejection_message,
+            approved=True,
+            arguments=outcome.interrupt.arguments,
+            approvals=outcome.interrupt.approvals,
         ),
     )
+    return True
+
+
+def reconcile_tool_call(ctx: Context, request: ReconcileToolCallRequest) -> bool:
+    """Settle a call waiting for reconciliation as succeeded or failed, with a note.
+
+    Only a call of the active turn in ``awaiting_reconciliation`` can be settled; False
+    (nothing changes) otherwise. The record becomes final at once; ``ResumeTurn`` writes
+    its ``tool_call_reconciled`` and ``tool_call_finished`` events.
+
+    Raises:
+        InvalidApprovalError: blank or too long note, or a malformed ``reconciled_by``.
+
+    """
+    check_reconcile_request(request)
+    record = persistence.AgentToolCalls.get(ctx, request.tool_call_id)
+    if record is None or record.status is not ToolCallStatus.AWAITING_RECONCILIATION:
+        return False
+    status = ToolCallStatus.SUCCEEDED if request.succeeded else ToolCallStatus.FAILED
+    settled = replace(
+        record,
+        reconciliation=ToolCallReconciliation(
+            status=status,
+            evidence=request.note.strip(),
+            reconciled_by=check_identity(request.reconciled_by, "reconciled_by") or "manual",
+            reconciled_at=server_now(ctx),
+            unknown_detail=record.error,
+        ),
+    )
+    finish_tool_call(None, ctx, settled, status, error=record.error)
     return True
 
 
@@ -173,8 +260,15 @@ async def list_agent_messages(ctx: Context, request: ListAgentMessagesRequest) -
 
 
 def _cancel_waiting_approvals(ctx: Context) -> None:
-    """Finish every call still waiting for approval as cancelled (it never ran)."""
-    waiting = [r for r in all_tool_calls(ctx) if r.status is ToolCallStatus.AWAITING_APPROVAL]
+    """Finish every call still waiting for approval as cancelled (it never ran).
+
+    A call waiting for a person to reconcile it ends ``outcome_unknown`` instead.
+    """
+    records = all_tool_calls(ctx)
+    for record in records:
+        if record.status is ToolCallStatus.AWAITING_RECONCILIATION:
+            finish_tool_call(None, ctx, record, ToolCallStatus.OUTCOME_UNKNOWN, error=record.error)
+    waiting = [r for r in records if r.status is ToolCallStatus.AWAITING_APPROVAL]
     if not waiting:
         return
     ids = {r.interrupt_id for r in waiting if r.interrupt_id}

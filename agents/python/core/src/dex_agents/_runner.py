@@ -14,6 +14,7 @@ from dex_agents._enums import ToolEffect
 from dex_agents._events import AgentEventWriter
 from dex_agents._policy import AgentSessionOptions, ToolPolicy
 from dex_agents._records import AgentMessage, AgentToolCall, AgentUsage, FrameworkMessage
+from dex_agents._tool_input import ToolInputAnswer
 
 
 class DeferredToolCall(msgspec.Struct, frozen=True):
@@ -150,6 +151,8 @@ class DeferredToolExecution:
         attempt: the 1-based Step attempt.
         events: writer bound to the turn, this tool Step's execution and attempt.
         heartbeat: records liveness; long tools should call it.
+        answers: answers a person gave to the questions this call asked so far (see
+            ``ToolInputRequired``), in order; empty (default) before any question.
 
     """
 
@@ -159,6 +162,7 @@ class DeferredToolExecution:
     attempt: int
     events: AgentEventWriter
     heartbeat: Heartbeat
+    answers: Sequence[ToolInputAnswer] = ()
 
 
 _CURRENT_TOOL_EXECUTION: ContextVar[DeferredToolExecution | None] = ContextVar(

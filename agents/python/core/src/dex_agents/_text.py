@@ -11,6 +11,7 @@ from dex_agents._runner import AgentTurnOutcome, ToolCallsRequested, TurnComplet
 SEQUENCE_KEY_DIGITS = 12
 FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
 STOPPED_NOTE_HEADER = "[Dex] The previous turn was {how} after these tool calls ran:"
+EDITED_PREFIX = "[The approver changed the arguments; the call ran with {arguments}]"
 NOTE_FOOTER = "Do not repeat these tool calls unless the user asks again."
 
 
@@ -50,12 +51,28 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
 
     ``succeeded`` gives the output itself; the other statuses give one sentence the
     model can act on (``outcome_unknown`` warns that a write may have taken effect).
+    Beyond the seeds: a call an approver edited starts with the arguments it ran with,
+    and a reconciled call says how its unknown outcome was settled and on what evidence.
 
     Raises:
         ValueError: if the record is not final.
 
     """
+    text = _describe_status(record)
+    if record.arguments_edited and record.status.ran:
+        return f"{EDITED_PREFIX.format(arguments=record.arguments)} {text}"
+    return text
+
+
+def _describe_status(record: AgentToolCall) -> str:
     status = record.status
+    settled = record.reconciliation
+    if settled is not None and status is settled.status:
+        outcome = "took effect" if status is ToolCallStatus.SUCCEEDED else "did not take effect"
+        return (
+            f"The outcome of this tool call was unknown at first; it was then checked "
+            f"({settled.reconciled_by}) and it {outcome}: {settled.evidence}"
+        )
     if status is ToolCallStatus.SUCCEEDED:
         return record.output or ""
     if status is ToolCallStatus.FAILED:

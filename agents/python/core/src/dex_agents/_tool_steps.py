@@ -9,10 +9,9 @@ publishing.
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
+import inspect
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dex import (
     Context,
@@ -28,9 +27,16 @@ from dex import (
 )
 from msgspec.structs import replace
 
+from dex_agents._approvals import canonical_arguments_sha256, server_now
 from dex_agents._enums import AgentEventType, ToolCallStatus, ToolEffect
 from dex_agents._persistence import persistence
-from dex_agents._records import AgentToolCall
+from dex_agents._policy import ReconcileResult
+from dex_agents._records import (
+    AgentInterrupt,
+    AgentInterruptResolution,
+    AgentToolCall,
+    ToolCallReconciliation,
+)
 from dex_agents._runner import DeferredToolExecution, ToolExecutionError, bind_tool_execution
 from dex_agents._session import (
     SessionParts,
@@ -38,11 +44,21 @@ from dex_agents._session import (
     control_pending,
     emit,
     finish_tool_call,
+    pending_interrupts,
     remove_interrupts,
     runner_call,
 )
+from dex_agents._tool_input import (
+    SINGLE_ATTEMPT_QUESTION_ERROR,
+    InterruptKind,
+    ToolInputAnswer,
+    ToolInputRequired,
+)
 
 EXPIRED_REJECTION = "The approval deadline passed before anyone answered."
+EXPIRED_QUESTION = "The deadline passed before anyone answered the tool's question."
+STALE_APPROVAL_REJECTION = "The approvals given do not cover the arguments the call would run with."
+RECONCILE_ATTEMPTS = 3
 SYNC = StepDurability.SYNC
 
 
@@ -86,8 +102,9 @@ def movement_to(step: _ToolCallStep, tool_call_id: str) -> StepMovement[str]:
 
 
 def _deadline_timer(deadline: float) -> TimerCondition:
-    # Whole seconds, rounded up, so the Timer never fires before the deadline.
-    return Timer.at(datetime.fromtimestamp(math.ceil(deadline), UTC))
+    # The deadline is a server-clock time and the server fires the Timer, so the
+    # Worker's clock plays no part in when an approval expires.
+    return Timer.at(datetime.fromtimestamp(deadline, UTC))
 
 
 class AwaitToolApproval(_ToolCallStep):
@@ -128,10 +145,20 @@ class AwaitToolApproval(_ToolCallStep):
         if answers:
             answer = answers[0]
             remove_interrupts(context, [interrupt_id])
+            if record.question is not None:
+                # a question's answer (or decline) resumes the same call: no receipts apply
+                rejection = None if answer.approved else answer.rejection_message
+                self._emit_resolved(context, record, answer, rejection)
+                resumed = _record_answer(context, record, answer.approved, answer.answer)
+                return StepDecision.go_to_many(movement_to(self._run_step(resumed), input))
+            approved = _approve(context, record, answer) if answer.approved else None
+            if answer.approved and approved is None:
+                answer = AgentInterruptResolution(
+                    interrupt_id, False, rejection_message=STALE_APPROVAL_REJECTION
+                )
             rejection = None if answer.approved else answer.rejection_message
-            self._emit_resolved(context, record, answer.approved, rejection)
-            if answer.approved:
-                approved = _approve(context, record)
+            self._emit_resolved(context, approved or record, answer, rejection)
+            if approved is not None:
                 return StepDecision.go_to_many(movement_to(self._run_step(approved), input))
             finish_tool_call(
                 self._parts, context, record, ToolCallStatus.REJECTED, rejection_message=rejection
@@ -142,24 +169,25 @@ class AwaitToolApproval(_ToolCallStep):
             finish_tool_call(self._parts, context, record, ToolCallStatus.CANCELLED)
             return StepDecision.dead_end()
         deadline = _interrupt_deadline(context, interrupt_id)
-        if deadline is None or time.time() < deadline:
-            # Not pending any more (answered as the Timer fired) or the Worker clock is
-            # behind: wait again and apply the answer.
+        if deadline is None or not context.has_timer_fired():
             return StepDecision.go_to_many(movement_to(self, input))
         if not remove_interrupts(context, [interrupt_id]):
+            # Answered as the Timer fired: the answer won; wait again to apply it.
             return StepDecision.go_to_many(movement_to(self, input))
-        self._emit_resolved(context, record, False, EXPIRED_REJECTION)
+        message = EXPIRED_REJECTION if record.question is None else EXPIRED_QUESTION
+        expired = AgentInterruptResolution(interrupt_id, False, message)
+        self._emit_resolved(context, record, expired, message)
         finish_tool_call(
-            self._parts,
-            context,
-            record,
-            ToolCallStatus.REJECTED,
-            rejection_message=EXPIRED_REJECTION,
+            self._parts, context, record, ToolCallStatus.REJECTED, rejection_message=message
         )
         return StepDecision.dead_end()
 
     def _emit_resolved(
-        self, ctx: Context, record: AgentToolCall, approved: bool, rejection: str | None
+        self,
+        ctx: Context,
+        record: AgentToolCall,
+        answer: AgentInterruptResolution,
+        rejection: str | None,
     ) -> None:
         emit(
             self._parts,
@@ -168,8 +196,12 @@ class AwaitToolApproval(_ToolCallStep):
             AgentEventType.INTERRUPT_RESOLVED,
             {
                 "interrupt_id": record.interrupt_id or "",
-                "approved": approved,
+                "approved": answer.approved,
                 "rejection_message": rejection,
+                "approvers": [a.approver for a in answer.approvals],
+                "arguments_sha256": canonical_arguments_sha256(record.arguments),
+                "arguments_edited": record.arguments_edited,
+                "rejected_by": answer.rejected_by,
             },
         )
 
@@ -184,8 +216,42 @@ def _interrupt_deadline(ctx: Context, interrupt_id: str) -> float | None:
     return None
 
 
-def _approve(ctx: Context, record: AgentToolCall) -> AgentToolCall:
-    approved = replace(record, status=ToolCallStatus.APPROVED)
+def _record_answer(
+    ctx: Context, record: AgentToolCall, accepted: bool, content: dict[str, Any] | None
+) -> AgentToolCall:
+    question = record.question
+    assert question is not None
+    answer = ToolInputAnswer(
+        key=question.key,
+        action="accept" if accepted else "decline",
+        content=content if accepted else None,
+    )
+    resumed = replace(
+        record,
+        status=ToolCallStatus.APPROVED if record.requires_approval else ToolCallStatus.PENDING,
+        question=None,
+        answers=[*record.answers, answer],
+    )
+    persistence.AgentToolCalls.set(ctx, record.tool_call_id, resumed)
+    return resumed
+
+
+def _approve(
+    ctx: Context, record: AgentToolCall, answer: AgentInterruptResolution
+) -> AgentToolCall | None:
+    """Record the approval and the arguments it covers; None if the receipts do not match."""
+    arguments = answer.arguments if answer.arguments is not None else record.arguments
+    digest = canonical_arguments_sha256(arguments)
+    if any(receipt.arguments_sha256 != digest for receipt in answer.approvals):
+        return None
+    approved = replace(
+        record,
+        status=ToolCallStatus.APPROVED,
+        arguments=arguments,
+        approved_arguments=arguments,
+        approvals=list(answer.approvals),
+        proposed_arguments=record.proposed_arguments or record.arguments,
+    )
     persistence.AgentToolCalls.set(ctx, record.tool_call_id, approved)
     return approved
 
@@ -197,6 +263,8 @@ class _RunToolStep(_ToolCallStep):
     """
 
     max_attempts: ClassVar[int]
+    # Set by the Flow: where a call that asks a question goes (None: it cannot ask).
+    questions: RaiseToolQuestion | None = None
 
     def __init__(self, parts: SessionParts, failure: _RecordFailureStep) -> None:
         super().__init__(parts)
@@ -237,20 +305,111 @@ class _RunToolStep(_ToolCallStep):
                     attempt=ctx.attempt,
                     events=writer,
                     heartbeat=ctx.heartbeat,
+                    answers=tuple(record.answers),
                 )
                 with bind_tool_execution(call):
                     result = await self._parts.runner.execute_deferred_tool_call(call)
         except ToolExecutionError as exc:
             finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=exc.message)
             return StepDecision.dead_end()
+        except ToolInputRequired as exc:
+            return self._ask(ctx, record, exc)
         finish_tool_call(
             self._parts, ctx, record, ToolCallStatus.SUCCEEDED, output=str(result.output)
         )
         return StepDecision.dead_end()
 
+    def _ask(self, ctx: Context, record: AgentToolCall, exc: ToolInputRequired) -> StepDecision:
+        if not record.effect.is_retryable or self.questions is None:
+            error = SINGLE_ATTEMPT_QUESTION_ERROR
+            finish_tool_call(self._parts, ctx, record, ToolCallStatus.FAILED, error=error)
+            return StepDecision.dead_end()
+        number = len(record.answers) + 1
+        waiting = replace(
+            record,
+            status=ToolCallStatus.AWAITING_APPROVAL,
+            interrupt_id=f"{record.turn_id}:{record.tool_call_id}:q{number}",
+            question=exc.question,
+        )
+        persistence.AgentToolCalls.set(ctx, record.tool_call_id, waiting)
+        # PendingInterrupts is written under its lock, which this Step does not hold
+        # while the tool runs: the next Step raises the interrupt.
+        return StepDecision.go_to_many(movement_to(self.questions, record.tool_call_id))
+
+
+class RaiseToolQuestion(_ToolCallStep):
+    """Publishes a running call's question as a ``question`` interrupt, then waits for it."""
+
+    def __init__(self, parts: SessionParts, approval: AwaitToolApproval) -> None:
+        super().__init__(parts)
+        self._approval = approval
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
+        )
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if (
+            record is None
+            or record.status is not ToolCallStatus.AWAITING_APPROVAL
+            or record.question is None
+            or record.interrupt_id is None
+        ):
+            return StepDecision.dead_end()
+        if control_pending(context):
+            finish_tool_call(self._parts, context, record, ToolCallStatus.CANCELLED)
+            return StepDecision.dead_end()
+        interrupts = pending_interrupts(context)
+        if all(i.interrupt_id != record.interrupt_id for i in interrupts):
+            now = server_now(context)
+            limit = self._parts.options.interrupt_deadline
+            deadline = None if limit is None else now + limit.total_seconds()
+            interrupts.append(
+                AgentInterrupt(
+                    interrupt_id=record.interrupt_id,
+                    tool_call_id=record.tool_call_id,
+                    turn_id=record.turn_id,
+                    tool_name=record.tool_name,
+                    arguments=record.arguments,
+                    created_at=now,
+                    deadline=deadline,
+                    kind=InterruptKind.QUESTION,
+                    question=record.question,
+                )
+            )
+            persistence.PendingInterrupts.set(context, interrupts)
+            emit(
+                self._parts,
+                context,
+                record.turn_id,
+                AgentEventType.INTERRUPT_RAISED,
+                {
+                    "interrupt_id": record.interrupt_id,
+                    "tool_call_id": record.tool_call_id,
+                    "tool_name": record.tool_name,
+                    "deadline": deadline,
+                    "kind": InterruptKind.QUESTION,
+                    "message": record.question.message,
+                },
+            )
+        return StepDecision.go_to_many(movement_to(self._approval, input))
+
 
 class _RecordFailureStep(_ToolCallStep):
-    """Failure route of a tool Step: records the call's final status from the recovery."""
+    """Failure route of a tool Step: records the call's final status from the recovery.
+
+    An ``outcome_unknown`` whose explicit policy names ``reconcile`` goes to the read-back
+    Step instead; one whose policy sets ``await_reconciliation`` (and no ``reconcile``)
+    waits for ``reconcile_tool_call``.
+    """
+
+    def __init__(self, parts: SessionParts, reconcile: ReconcileToolCall | None = None) -> None:
+        super().__init__(parts)
+        self._reconcile = reconcile
 
     def status_for(self, record: AgentToolCall) -> ToolCallStatus:
         return ToolCallStatus.OUTCOME_UNKNOWN
@@ -261,12 +420,123 @@ class _RecordFailureStep(_ToolCallStep):
             return StepDecision.dead_end()
         recovery = context.recovery_error
         detail = f"{recovery.error_type}: {recovery.detail}" if recovery else "the tool Step failed"
-        finish_tool_call(self._parts, context, record, self.status_for(record), error=detail)
+        status = self.status_for(record)
+        policy = self._parts.options.tool_policies.get(record.tool_name)
+        if status is ToolCallStatus.OUTCOME_UNKNOWN and policy is not None:
+            if policy.reconcile is not None and self._reconcile is not None:
+                # Still not final: the read-back Step settles it before the model runs.
+                persistence.AgentToolCalls.set(context, input, replace(record, error=detail))
+                return StepDecision.go_to_many(movement_to(self._reconcile, input))
+            if policy.await_reconciliation:
+                hold_for_reconciliation(context, replace(record, error=detail))
+                return StepDecision.dead_end()
+        finish_tool_call(self._parts, context, record, status, error=detail)
         return StepDecision.dead_end()
+
+
+def hold_for_reconciliation(ctx: Context, record: AgentToolCall) -> None:
+    """Leave an unknown outcome waiting for ``reconcile_tool_call`` (not final)."""
+    held = replace(record, status=ToolCallStatus.AWAITING_RECONCILIATION)
+    persistence.AgentToolCalls.set(ctx, record.tool_call_id, held)
+
+
+class RecordReconcileFailure(_ToolCallStep):
+    """Failure route of ``ReconcileToolCall``: the outcome stays unknown (or waits)."""
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if record is None or record.status.is_final:
+            return StepDecision.dead_end()
+        recovery = context.recovery_error
+        why = f"{recovery.error_type}: {recovery.detail}" if recovery else "it failed"
+        detail = f"{record.error or 'the tool Step failed'}; the read-back failed too ({why})"
+        return _unsettled(self._parts, context, replace(record, error=detail))
+
+
+def _unsettled(parts: SessionParts, ctx: Context, record: AgentToolCall) -> StepDecision:
+    policy = parts.options.tool_policies.get(record.tool_name)
+    if policy is not None and policy.await_reconciliation:
+        hold_for_reconciliation(ctx, record)
+    else:
+        finish_tool_call(parts, ctx, record, ToolCallStatus.OUTCOME_UNKNOWN, error=record.error)
+    return StepDecision.dead_end()
+
+
+class ReconcileToolCall(_ToolCallStep):
+    """Runs the policy's ``reconcile`` read-back for an unknown outcome (3 attempts).
+
+    A ``ReconcileResult`` settles the call as succeeded or failed with its evidence and
+    writes ``tool_call_reconciled``; None (cannot tell) leaves it ``outcome_unknown`` or,
+    with ``await_reconciliation``, waiting for a person.
+    """
+
+    def __init__(self, parts: SessionParts, failure: RecordReconcileFailure) -> None:
+        super().__init__(parts)
+        self._failure = failure
+
+    def base_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_durability=SYNC,
+            execute_durability=SYNC,
+            execute_retry=RetryPolicy(maximum_attempts=RECONCILE_ATTEMPTS),
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+
+    async def execute(self, context: Context, input: str) -> StepDecision:
+        record = _record(context, input)
+        if record is None or record.status.is_final:
+            return StepDecision.dead_end()
+        policy = self._parts.options.tool_policies.get(record.tool_name)
+        reconcile = policy.reconcile if policy is not None else None
+        if reconcile is None:
+            return _unsettled(self._parts, context, record)
+        found = reconcile(record)
+        if inspect.isawaitable(found):
+            found = await found
+        if found is None:
+            return _unsettled(self._parts, context, record)
+        if not isinstance(found, ReconcileResult):
+            raise TypeError(f"reconcile must return a ReconcileResult or None, got {found!r}")
+        status = ToolCallStatus.SUCCEEDED if found.succeeded else ToolCallStatus.FAILED
+        settled = replace(
+            record,
+            reconciliation=ToolCallReconciliation(
+                status=status,
+                evidence=found.evidence,
+                reconciled_by="reconcile",
+                reconciled_at=server_now(context),
+                unknown_detail=record.error,
+            ),
+        )
+        emit_reconciled(self._parts, context, settled)
+        finish_tool_call(self._parts, context, settled, status, error=record.error)
+        return StepDecision.dead_end()
+
+
+def emit_reconciled(parts: SessionParts, ctx: Context, record: AgentToolCall) -> None:
+    """Write ``tool_call_reconciled`` for a record that carries its reconciliation."""
+    settled = record.reconciliation
+    if settled is None:
+        return
+    emit(
+        parts,
+        ctx,
+        record.turn_id,
+        AgentEventType.TOOL_CALL_RECONCILED,
+        {
+            "tool_call_id": record.tool_call_id,
+            "tool_name": record.tool_name,
+            "status": settled.status,
+            "reconciled_by": settled.reconciled_by,
+            "evidence": settled.evidence,
+        },
+    )
 
 
 class RecordToolFailure(_RecordFailureStep):
     """After ``CallTool`` failed: ``failed`` for a read, ``outcome_unknown`` for a write."""
+
+    def __init__(self, parts: SessionParts, reconcile: ReconcileToolCall | None = None) -> None:
+        super().__init__(parts, reconcile)
 
     def status_for(self, record: AgentToolCall) -> ToolCallStatus:
         if record.effect is ToolEffect.READ:

@@ -8,7 +8,7 @@ their own ``AgentToolCalls`` instance and publish ``ToolCallResults``.
 from __future__ import annotations
 
 import dataclasses
-import time
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from dex import (
 )
 from msgspec.structs import replace
 
+from dex_agents._approvals import canonical_arguments_sha256, server_now
 from dex_agents._enums import AgentEventType, AgentStatus, ToolCallStatus, TurnControlKind
 from dex_agents._history import session_messages
 from dex_agents._persistence import persistence
@@ -66,6 +67,7 @@ from dex_agents._tool_steps import (
     AwaitToolApproval,
     CallSingleAttemptTool,
     CallTool,
+    emit_reconciled,
     movement_to,
 )
 
@@ -75,6 +77,9 @@ RUN_MODEL_HEARTBEAT_TIMEOUT = timedelta(minutes=2)
 RUN_MODEL_ATTEMPTS = 3
 RUN_MODEL_RETRY_WINDOW = timedelta(minutes=30)
 MAX_CONTROL_BATCH = 1000
+
+# Under the Worker's loggers, so a worker script shows it beside the failed attempts.
+log = logging.getLogger("dex.worker.agent")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +130,7 @@ def fail_turn(
 ) -> StepDecision:
     """Record ``last_turn_error``, leave the failure note, clear the turn, wait again."""
     turn_id = state.active_turn_id or turn_id_of(state.turn_count)
+    log.error("agent session %s: turn %s failed: %s", ctx.flow_id, turn_id, error)
     ended = _end_turn(parts, ctx, state, records, build_turn_failure_note(records))
     persistence.AgentState.set(ctx, replace(ended, last_turn_error=error))
     emit(parts, ctx, turn_id, AgentEventType.TURN_FAILED, {"error": error})
@@ -278,7 +284,7 @@ class RunModel(_TurnStep):
         outcome: ToolCallsRequested,
         offset: int,
     ) -> StepDecision:
-        now = time.time()
+        now = server_now(ctx)
         limit = self._parts.options.interrupt_deadline
         deadline = None if limit is None else now + limit.total_seconds()
         interrupts = pending_interrupts(ctx)
@@ -291,6 +297,7 @@ class RunModel(_TurnStep):
                 turn_id=turn_id,
                 tool_name=call.tool_name,
                 arguments=call.arguments,
+                proposed_arguments=call.arguments,
                 effect=call.policy.effect,
                 requires_approval=approval,
                 deferral_order=offset + index,
@@ -321,6 +328,8 @@ class RunModel(_TurnStep):
                         arguments=call.arguments,
                         created_at=now,
                         deadline=deadline,
+                        arguments_sha256=canonical_arguments_sha256(call.arguments),
+                        min_approvals=call.policy.min_approvals,
                     )
                 )
                 emit(
@@ -375,6 +384,8 @@ class ResumeTurn(Step[int]):
         for result in persistence.ToolCallResults.results(context):
             record = by_id.get(result.tool_call_id)
             if not result.announced and record is not None:
+                # Settled by reconcile_tool_call (an RPC, which cannot write Streams).
+                emit_reconciled(self._parts, context, record)
                 emit(
                     self._parts,
                     context,

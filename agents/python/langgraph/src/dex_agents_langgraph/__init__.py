@@ -15,6 +15,7 @@ from dex_agents_langgraph._fake_model import (
 from dex_agents_langgraph._items import RUN_STATE_FORMAT, RunStateError
 from dex_agents_langgraph._policies import DEX_EFFECT_KEY, tool_effect, with_effect
 from dex_agents_langgraph._runner import LangGraphRunner, TooManyModelCallsError
+from dex_agents_langgraph._sources import source_tools
 
 __all__ = [
     "DEX_EFFECT_KEY",
@@ -28,4 +29,5 @@ __all__ = [
     "TooManyModelCallsError",
     "tool_effect",
     "with_effect",
+    "source_tools",
 ]

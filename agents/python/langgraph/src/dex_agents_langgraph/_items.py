@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,28 @@ def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[ToolCall]:
         if isinstance(message, ToolMessage):
             answered.add(message.tool_call_id)
     return []
+
+
+def with_approved_arguments(
+    messages: Sequence[BaseMessage], records: Mapping[str, AgentToolCall]
+) -> AIMessage | None:
+    """The last AI message with each edited call's arguments replaced, or None if none was.
+
+    An approver's edit is shown to the model as the call it made: the record keeps the
+    proposed arguments.
+    """
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return None
+    changed = False
+    calls: list[ToolCall] = []
+    for call in last.tool_calls:
+        record = records.get(call.get("id") or "")
+        if record is not None and record.arguments_edited:
+            call = {**call, "args": json.loads(record.arguments)}
+            changed = True
+        calls.append(call)
+    return last.model_copy(update={"tool_calls": calls}) if changed else None
 
 
 def tool_result_message(call: ToolCall, record: AgentToolCall) -> ToolMessage:

@@ -43,6 +43,7 @@ from dex_agents_langgraph._items import (
     to_framework_message,
     tool_output_text,
     tool_result_message,
+    with_approved_arguments,
 )
 from dex_agents_langgraph._policies import tool_effect
 from dex_agents_langgraph._streaming import forward_message_chunk
@@ -310,8 +311,14 @@ class LangGraphRunner:
             await saver.aput_writes(saved, writes, task_id)
 
         snapshot = await graph.aget_state(config)
-        calls = pending_tool_calls(snapshot.values.get(self.messages_key) or [])
-        results = [
+        messages = snapshot.values.get(self.messages_key) or []
+        calls = pending_tool_calls(messages)
+        results: list[BaseMessage] = [
             tool_result_message(c, turn.recorded_tool_call(c.get("id") or "")) for c in calls
         ]
+        edited = with_approved_arguments(messages, turn.tool_calls)
+        if edited is not None:
+            # Like LangGraph's own "edit" decision: the AI message (same ID, so the
+            # messages reducer replaces it) now asks for the arguments that ran.
+            results.insert(0, edited)
         await graph.aupdate_state(config, {self.messages_key: results}, as_node=state.tool_nodes[0])

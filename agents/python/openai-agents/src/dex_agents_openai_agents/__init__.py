@@ -15,6 +15,7 @@ from dex_agents_openai_agents._fake_model import (
 from dex_agents_openai_agents._guard import SecondModelCallError
 from dex_agents_openai_agents._policies import framework_effect
 from dex_agents_openai_agents._runner import DEFAULT_MAX_TURNS, OpenAIAgentsRunner
+from dex_agents_openai_agents._sources import SourceFunctionTool, source_tools
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -26,4 +27,6 @@ __all__ = [
     "OpenAIAgentsRunner",
     "SecondModelCallError",
     "framework_effect",
+    "source_tools",
+    "SourceFunctionTool",
 ]

@@ -9,6 +9,8 @@ from typing import Any
 from agents import FunctionTool, RunContextWrapper
 from dex_agents import AgentTurnContext, ToolEffect, ToolPolicy
 
+from dex_agents_openai_agents._sources import SourceFunctionTool
+
 
 def framework_effect(tool: FunctionTool | None) -> ToolEffect | None:
     """Return the effect a tool's own metadata declares, or None when it declares none.
@@ -19,6 +21,8 @@ def framework_effect(tool: FunctionTool | None) -> ToolEffect | None:
     """
     if tool is None:
         return None
+    if isinstance(tool, SourceFunctionTool):
+        return tool.dex_effect
     annotations = tool.mcp_annotations
     if annotations is None:
         return None

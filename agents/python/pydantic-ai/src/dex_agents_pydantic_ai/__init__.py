@@ -14,6 +14,7 @@ from dex_agents_pydantic_ai._policies import (
     framework_tool_effect,
 )
 from dex_agents_pydantic_ai._runner import MultipleModelCallsError, PydanticAIRunner
+from dex_agents_pydantic_ai._sources import source_tools
 
 __all__ = [
     "DEX_EFFECT_METADATA_KEY",
@@ -26,4 +27,5 @@ __all__ = [
     "PydanticAIRunner",
     "framework_requires_approval",
     "framework_tool_effect",
+    "source_tools",
 ]

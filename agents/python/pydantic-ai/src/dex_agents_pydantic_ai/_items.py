@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dex_agents import (
@@ -157,10 +157,39 @@ def deferred_results(
         if record is None:
             raise LookupError(f"no record for deferred tool call {tool_call_id!r}")
         if record.status is ToolCallStatus.SUCCEEDED:
-            results.calls[tool_call_id] = record.output or ""
+            # The plain output, unless the call was edited or reconciled: then the text
+            # also says so (describe_tool_call_outcome gives the output alone otherwise).
+            results.calls[tool_call_id] = describe_tool_call_outcome(record)
         elif record.status is ToolCallStatus.REJECTED:
             message = record.rejection_message or describe_tool_call_outcome(record)
             results.approvals[tool_call_id] = ToolDenied(message)
         else:
             results.calls[tool_call_id] = ToolFailed(describe_tool_call_outcome(record))
     return results
+
+
+def with_approved_arguments(
+    messages: Sequence[ModelMessage], records: Mapping[str, AgentToolCall]
+) -> list[ModelMessage]:
+    """Rewrite the model's tool calls an approver edited to the arguments they ran with.
+
+    The model then sees, in its own history, the call as it ran; the record keeps the
+    proposed arguments.
+    """
+    out: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            parts = [_approved_part(part, records) for part in message.parts]
+            if any(new is not old for new, old in zip(parts, message.parts, strict=True)):
+                message = replace(message, parts=parts)
+        out.append(message)
+    return out
+
+
+def _approved_part(part: Any, records: Mapping[str, AgentToolCall]) -> Any:
+    if not isinstance(part, ToolCallPart):
+        return part
+    record = records.get(part.tool_call_id)
+    if record is None or not record.arguments_edited:
+        return part
+    return replace(part, args=record.arguments)

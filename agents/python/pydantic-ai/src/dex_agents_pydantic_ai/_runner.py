@@ -46,6 +46,7 @@ from dex_agents_pydantic_ai._items import (
     to_framework_message,
     usage_of,
     user_request,
+    with_approved_arguments,
 )
 from dex_agents_pydantic_ai._policies import resolve_policy
 from dex_agents_pydantic_ai._streaming import forward_stream_event
@@ -139,7 +140,7 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         results: DeferredToolResults | None = None
         if turn.framework_run_state is not None:
             state = RunState.load(turn.framework_run_state)
-            earlier = state.messages
+            earlier = with_approved_arguments(state.messages, turn.tool_calls)
             results = deferred_results(state.deferred, turn.tool_calls)
         capability = _DeferEveryTool()
         model_input = [*history, *earlier]

@@ -62,7 +62,7 @@ class PgFlows(_Repo):
         # a concurrent start of the same Flow ID waits here for the other transaction
         row = self.row(
             "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
-            " data) VALUES (%s,%s,%s,%s,%s,%s,%s)"
+            " data, started_at, closed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
             " ON CONFLICT (flow_id) WHERE status='running' DO NOTHING RETURNING 1",
             (
                 flow.run_id,
@@ -72,14 +72,22 @@ class PgFlows(_Repo):
                 flow.request_id,
                 flow.retain_until,
                 record_encoder.encode(flow),
+                flow.started_at,
+                flow.closed_at,
             ),
         )
         return row is not None
 
     def update(self, flow: FlowRecord) -> None:
         self.run(
-            "UPDATE flows SET status=%s, retain_until=%s, data=%s WHERE run_id=%s",
-            (flow.status, flow.retain_until, record_encoder.encode(flow), flow.run_id),
+            "UPDATE flows SET status=%s, retain_until=%s, data=%s, closed_at=%s WHERE run_id=%s",
+            (
+                flow.status,
+                flow.retain_until,
+                record_encoder.encode(flow),
+                flow.closed_at,
+                flow.run_id,
+            ),
         )
 
     def get(self, run_id: str) -> FlowRecord | None:

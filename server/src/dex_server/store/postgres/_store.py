@@ -16,6 +16,7 @@ from psycopg import errors as pg_errors
 
 from dex_server.store._contract import StoreUnavailableError, Tx
 from dex_server.store._migrations import apply_migrations, statements, verify_schema
+from dex_server.store._search import POSTGRES, SearchRepo
 from dex_server.store.postgres._cluster_repos import (
     DB_NOW,
     PgClaims,
@@ -99,6 +100,7 @@ def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
         rpc_requests=PgRpcRequests(conn, **kw),
         locks=PgLocks(conn, **kw),
         streams=PgStreams(conn, **kw),
+        search=SearchRepo(conn, POSTGRES),
     )
 
 

@@ -43,7 +43,7 @@ class SqliteFlows:
     def insert(self, flow: FlowRecord) -> bool:
         cur = self.c.execute(
             "INSERT INTO flows (run_id, flow_id, flow_type, status, request_id, retain_until,"
-            " data) VALUES (?,?,?,?,?,?,?)"
+            " data, started_at, closed_at) VALUES (?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (flow_id) WHERE status='running' DO NOTHING",
             (
                 flow.run_id,
@@ -53,14 +53,22 @@ class SqliteFlows:
                 flow.request_id,
                 flow.retain_until,
                 record_encoder.encode(flow),
+                flow.started_at,
+                flow.closed_at,
             ),
         )
         return cur.rowcount > 0
 
     def update(self, flow: FlowRecord) -> None:
         self.c.execute(
-            "UPDATE flows SET status=?, retain_until=?, data=? WHERE run_id=?",
-            (flow.status, flow.retain_until, record_encoder.encode(flow), flow.run_id),
+            "UPDATE flows SET status=?, retain_until=?, data=?, closed_at=? WHERE run_id=?",
+            (
+                flow.status,
+                flow.retain_until,
+                record_encoder.encode(flow),
+                flow.closed_at,
+                flow.run_id,
+            ),
         )
 
     def get(self, run_id: str) -> FlowRecord | None:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from dex_server.store._contract import StoreNotWritableError, Tx
 from dex_server.store._migrations import apply_migrations as run_migrations
 from dex_server.store._migrations import statements, verify_schema
+from dex_server.store._search import SQLITE, SearchRepo
 from dex_server.store.sqlite._cluster_repos import (
     SqliteClaims,
     SqliteLocks,
@@ -501,4 +502,5 @@ def _repos(conn: sqlite3.Connection, server_id: str) -> Tx:
         rpc_requests=SqliteRpcRequests(conn),
         locks=SqliteLocks(conn, server_id),
         streams=SqliteStreams(conn),
+        search=SearchRepo(conn, SQLITE),
     )

@@ -313,6 +313,11 @@ class _RunState:
             record = turn.tool_calls.get(item["id"])
             if record is None:
                 raise LookupError(f"no record for tool call {item['id']!r} of {turn.turn_id}")
+            if record.arguments_edited:
+                # The model sees the call as it ran: with the approver's arguments.
+                for stored in (item, *self._tool_call_items(item["id"])):
+                    stored["proposed_arguments"] = record.proposed_arguments
+                    stored["arguments"] = record.arguments
             self.items.append(
                 {
                     "type": "tool_result",
@@ -324,6 +329,9 @@ class _RunState:
                 }
             )
         self.pending = []
+
+    def _tool_call_items(self, call_id: str) -> list[dict[str, Any]]:
+        return [i for i in self.items if i["type"] == "tool_call" and i["id"] == call_id]
 
     def results(self) -> list[ScriptedToolResult]:
         return [

@@ -101,7 +101,8 @@ class ScriptedToolResult:
     Attributes:
         tool_call_id: the call's ID.
         tool_name: the tool.
-        arguments: the call's arguments (decoded JSON object).
+        arguments: the arguments the call ran with (decoded JSON object): an approver's
+            edit when there was one.
         status: the record's final status (succeeded, failed, rejected, outcome_unknown...).
         content: the model-visible text, from ``describe_tool_call_outcome``.
 
