@@ -16,7 +16,15 @@ from typing import Any
 import msgspec
 import pytest
 import pytest_asyncio
-from dex import AsyncClient, ClientOptions, FlowNotFoundError, FlowStatus
+from dex import (
+    AsyncClient,
+    ClientOptions,
+    FlowConfig,
+    FlowNotFoundError,
+    FlowStatus,
+    StartFlowOptions,
+    StepDurability,
+)
 from dex_server.testing import (
     RunningServer,
     create_test_database,
@@ -183,13 +191,63 @@ async def test_reuse_policies_when_the_child_is_still_running(stack: Stack) -> N
 
 async def test_a_child_that_cannot_start_fails_the_wait_and_starts_nothing(stack: Stack) -> None:
     tag = unique_id("sub-refused")
-    await stack.client.start_flow(PARENT, tag, f"timeout|ok|{tag}")
+    await stack.client.start_flow(PARENT, tag, f"retry|ok|{tag}")
     result = await stack.client.wait_for_flow(tag, timeout=30)
 
     assert result.status is FlowStatus.FAILED
-    assert "SubFlow timeouts (SubFlowOptions.timeout)" in (result.error_message or "")
+    assert "SubFlow retries (SubFlowOptions.retry_policy)" in (result.error_message or "")
     with pytest.raises(FlowNotFoundError):
         await stack.client.describe_flow(child_id(tag))
+
+
+async def test_a_child_inherits_its_parents_config_and_its_override_wins(stack: Stack) -> None:
+    c = stack.client
+    parent_config = FlowConfig(step_durability=StepDurability.ASYNC, continue_as_new_threshold=3)
+    options = StartFlowOptions(config_override=parent_config)
+    plain, override = unique_id("sub-cfg"), unique_id("sub-cfg-over")
+    await c.start_flow(PARENT, plain, f"default|ok|{plain}", options)
+    await c.start_flow(PARENT, override, f"config|ok|{override}", options)
+    for parent_id in (plain, override):
+        result = await c.wait_for_flow(parent_id, timeout=30)
+        assert result.status is FlowStatus.COMPLETED, result
+
+    assert (await c.describe_flow(child_id(plain))).config == parent_config
+    merged = (await c.describe_flow(child_id(override))).config
+    assert merged == FlowConfig(step_durability=StepDurability.ASYNC, continue_as_new_threshold=7)
+    # the parent keeps its own config
+    assert (await c.describe_flow(override)).config == parent_config
+
+
+async def test_a_child_with_a_timeout_times_out_and_its_parent_sees_it(stack: Stack) -> None:
+    tag = unique_id("sub-timeout")
+    out = await run_parent(stack.client, tag, f"timeout|hold|{tag}")
+
+    assert out["status"] == "FAILED"
+    assert "soft timeout" in out["error"]
+    child = await stack.client.describe_flow(child_id(tag))
+    assert child.status is FlowStatus.FAILED and child.timeout_at is not None
+    result = await stack.client.wait_for_flow(child_id(tag), timeout=5)
+    assert "soft timeout of 0.5 s" in (result.error_message or "")
+
+
+async def test_children_are_found_by_their_parents_flow_id(stack: Stack) -> None:
+    tag = unique_id("sub-search")
+    await stack.client.start_flow(TWINS, tag, tag)
+    await stack.client.wait_for_flow(tag, timeout=30)
+
+    page = await stack.client.search_flows(f"DexParentFlowID = '{tag}'", 10)
+    assert sorted(f.flow_id for f in page.flows) == [
+        child_id(tag, "SpawnTwo", 0),
+        child_id(tag, "SpawnTwo", 1),
+    ]
+    # a system field, not an Attribute of the child
+    assert all("DexParentFlowID" not in f.indexed_attributes for f in page.flows)
+    page = await stack.client.search_flows(
+        f"DexParentFlowID STARTS_WITH '{tag}' AND FlowId = '{child_id(tag, 'SpawnTwo', 1)}'", 10
+    )
+    assert [f.flow_id for f in page.flows] == [child_id(tag, "SpawnTwo", 1)]
+    page = await stack.client.search_flows(f"FlowId = '{tag}' AND DexParentFlowID IS NULL", 10)
+    assert [f.flow_id for f in page.flows] == [tag]
 
 
 async def test_parent_completing_does_not_cancel_its_child(stack: Stack) -> None:

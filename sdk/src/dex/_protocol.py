@@ -149,6 +149,9 @@ class SubFlowStartSpec(Struct, kw_only=True, omit_defaults=True):
     start_delay_s: float | None = None
     # optional features the child's start depends on (as ``StartFlowRequest.requires``)
     requires: list[str] = []
+    # the override merged into the parent's config, and the child's soft timeout
+    config: FlowConfigWire | None = None
+    timeout: FlowTimeoutSpec | None = None
 
 
 class ConditionSpec(Struct, kw_only=True, omit_defaults=True):

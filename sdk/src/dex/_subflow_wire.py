@@ -2,9 +2,11 @@
 
 The child's spec and start input come from the Worker's Registry when it registers the
 child Flow (that instance, its codecs); a child Flow the Worker does not serve is compiled
-on its own with the Registry's custom codecs (once per instance). Options the server
-cannot run for a child are named in ``requires``, so the server fails the attempt with
-``FEATURE_NOT_AVAILABLE``.
+on its own with the Registry's custom codecs (once per instance). A child's soft timeout
+and its config override travel as a ``start_flow`` would send them (the server merges the
+override into the parent's config). Options the server cannot run for a child (a retry
+policy, a listening Worker target) are named in ``requires``, so the server fails the
+attempt with ``FEATURE_NOT_AVAILABLE``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from typing import Any, cast
 from msgspec import Raw
 
 from dex._client._defs import encode_start_input, flow_spec
-from dex._client._options import FlowTimeoutPolicy
+from dex._client._options import StartFlowOptions, flow_timeout_spec
 from dex._flow import Flow
+from dex._flow_config import config_to_wire
 from dex._options import seconds
-from dex._protocol import ConditionSpec, InitialAttribute, SubFlowStartSpec
+from dex._protocol import ConditionSpec, FlowTimeoutSpec, InitialAttribute, SubFlowStartSpec
 from dex._registry import Registry
 from dex._state._common import instance_name
 from dex._subflows import SubFlowOptions
 from dex._waits import SubFlowCondition
+from dex._worker_target import is_pull_target
 from dex.errors import FlowDefinitionError, InvalidStepResultError
 
 __all__ = ["subflow_condition_spec"]
@@ -46,22 +50,26 @@ def _registry_of(registry: Registry, flow: Flow[Any]) -> Registry:
 
 def _requires(o: SubFlowOptions) -> list[str]:
     wanted = [
-        ("SubFlow timeouts (SubFlowOptions.timeout)", o.timeout is not None),
-        (
-            "SubFlow timeouts (SubFlowOptions.timeout_policy)",
-            o.timeout_policy is not FlowTimeoutPolicy.DEFAULT,
-        ),
-        (
-            "SubFlow timeouts (SubFlowOptions.timeout_handler_options)",
-            o.timeout_handler_options is not None,
-        ),
         ("SubFlow retries (SubFlowOptions.retry_policy)", o.retry_policy is not None),
         (
-            "SubFlow config overrides (SubFlowOptions.config_override)",
-            o.config_override is not None,
+            "SubFlowOptions.config_override.worker_target other than pull Workers"
+            " (listening Workers)",
+            o.config_override is not None and not is_pull_target(o.config_override.worker_target),
         ),
     ]
     return [name for name, asked in wanted if asked]
+
+
+def _timeout(own: Registry, flow_type: str, o: SubFlowOptions) -> FlowTimeoutSpec | None:
+    """The child's soft timeout, built as ``start_flow`` builds a Flow's."""
+    if o.timeout is None:
+        return None
+    start = StartFlowOptions(
+        timeout=o.timeout,
+        timeout_policy=o.timeout_policy,
+        timeout_handler_options=o.timeout_handler_options,
+    )
+    return flow_timeout_spec(own.flow_entry(flow_type), start)
 
 
 def _initial(registry: Registry, o: SubFlowOptions) -> list[InitialAttribute]:
@@ -88,21 +96,24 @@ def subflow_condition_spec(
 
     Raises:
         InvalidStepResultError: the child Flow is missing, invalid, or another instance of
-            a type this Registry holds.
+            a type this Registry holds; or its timeout (or handler options) is invalid.
         ValueMappingError: the input or an initial value does not match its type.
 
     """
     if c.flow is None:
         raise InvalidStepResultError(flow_type, step_type, "wait_for", "SubFlow.run without a Flow")
+    o = c.options or SubFlowOptions()
     try:
         own = _registry_of(registry, c.flow)
         spec = flow_spec(own, c.flow)
         encoded = encode_start_input(own, c.flow, c.input)
-    except FlowDefinitionError as exc:
+        timeout = _timeout(own, spec.flow_type, o)
+    except (FlowDefinitionError, ValueError) as exc:
+        # the timeout is checked by StartFlowOptions: name the options the Step gave
+        why = str(exc).replace("StartFlowOptions", "SubFlowOptions")
         raise InvalidStepResultError(
-            flow_type, step_type, "wait_for", f"SubFlow {c.flow.get_flow_type()!r}: {exc}"
+            flow_type, step_type, "wait_for", f"SubFlow {c.flow.get_flow_type()!r}: {why}"
         ) from None
-    o = c.options or SubFlowOptions()
     return ConditionSpec(
         kind="subflow",
         condition_id=c.condition_id,
@@ -114,5 +125,7 @@ def subflow_condition_spec(
             initial_attributes=_initial(registry, o),
             start_delay_s=seconds(o.start_delay),
             requires=_requires(o),
+            config=None if o.config_override is None else config_to_wire(o.config_override),
+            timeout=timeout,
         ),
     )

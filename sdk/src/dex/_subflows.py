@@ -34,11 +34,13 @@ class SubFlowOptions:
 
     The fields mirror ``StartFlowOptions`` plus ``reuse_policy`` (what to do when the
     child ID already has a run) and ``condition_id`` (the id of the condition in the
-    parent's Wait). ``start_delay`` and ``with_attribute`` apply to the child's start;
-    ``timeout``, ``timeout_policy``, ``timeout_handler_options``, ``retry_policy`` and
-    ``config_override`` are not run for children by this server: a Wait whose child sets
-    one fails its attempt (not retried) with ``FEATURE_NOT_AVAILABLE`` naming it, and no
-    child starts. Immutable; safe to share between threads.
+    parent's Wait). ``start_delay``, ``with_attribute`` and the soft timeout (``timeout``,
+    ``timeout_policy``, ``timeout_handler_options``, as for a Flow) apply to the child's
+    start. The child inherits its parent's FlowConfig; ``config_override`` replaces the
+    fields it sets. ``retry_policy`` and a listening ``config_override.worker_target`` are
+    not run by this server: a Wait whose child sets one fails its attempt (not retried)
+    with ``FEATURE_NOT_AVAILABLE`` naming it, and no child starts. Immutable; safe to
+    share between threads.
     """
 
     timeout: Duration | None = None

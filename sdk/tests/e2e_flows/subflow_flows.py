@@ -1,7 +1,9 @@
 """Flows for SubFlow tests: parents that wait on child Flows, children a test controls.
 
 A parent's input is ``"<policy>|<mode>|<tag>"``: ``policy`` names a ``SubFlowReusePolicy``
-(``default`` for none given, ``timeout`` for a child timeout), and the child gets
+(``default`` for none given, ``timeout`` for a short FAIL timeout of the child, ``config``
+for a config override, ``retry`` for a retry policy this server does not run), and the
+child gets
 ``"<mode>|<tag>"``. Child modes: ``ok`` completes at once with its run's id, ``fail``
 fails the child Flow, ``hold`` waits on the child's ``go`` Channel (the ``release`` RPC
 publishes to it), ``gate`` parks at the file gate ``<tag>-child`` the first time it runs.
@@ -19,6 +21,8 @@ from dex import (
     Channel,
     Context,
     Flow,
+    FlowConfig,
+    FlowTimeoutPolicy,
     PersistenceSchema,
     Registry,
     RetryPolicy,
@@ -88,8 +92,12 @@ CHILD = Child()
 def _options(policy: str) -> SubFlowOptions:
     if policy == "default":
         return SubFlowOptions()
-    if policy == "timeout":  # a child option this server does not run
-        return SubFlowOptions(timeout=timedelta(minutes=1))
+    if policy == "timeout":
+        return SubFlowOptions(timeout=timedelta(seconds=0.5), timeout_policy=FlowTimeoutPolicy.FAIL)
+    if policy == "config":
+        return SubFlowOptions(config_override=FlowConfig(continue_as_new_threshold=7))
+    if policy == "retry":  # a child option this server does not run
+        return SubFlowOptions(retry_policy=RetryPolicy(maximum_attempts=2))
     return SubFlowOptions(reuse_policy=SubFlowReusePolicy[policy.upper()])
 
 

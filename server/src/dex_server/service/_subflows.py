@@ -3,17 +3,28 @@
 A ``wait_for`` result whose Wait holds SubFlow conditions starts each child in the same
 transaction that parks the parent's Step execution, so a crash leaves either both or
 neither. The child run records its parent's Flow ID (``FlowRecord.parent_flow_id``) and
-the executions waiting for it (``FlowRecord.subflow_waiters``); its close wakes them.
-Closing the parent does not touch its children.
+the executions waiting for it (``FlowRecord.subflow_waiters``); its close wakes them. A
+started child gets the parent's stored FlowConfig merged with the SubFlow's override, and
+a ``DexParentFlowID`` search row. Closing the parent does not touch its children.
 """
 
 from __future__ import annotations
 
 import msgspec
-from dex._protocol import ErrorCode, ErrorInfo, StartFlowRequest, TaskResult, WaitSpec
+from dex._protocol import (
+    ErrorCode,
+    ErrorInfo,
+    StartFlowRequest,
+    SubFlowStartSpec,
+    TaskResult,
+    WaitSpec,
+)
 
 from dex_server.engine import UndeclaredStateError, check_attribute_names
+from dex_server.engine.config import InvalidConfigError, merge_config
 from dex_server.engine.features import missing
+from dex_server.engine.query import FieldType
+from dex_server.engine.search import IndexRow
 from dex_server.engine.subflows import (
     InvalidSubFlowError,
     check_subflows,
@@ -26,7 +37,7 @@ from dex_server.engine.waits import InvalidWaitError
 from dex_server.engine.waits import check_wait as check_wait_shape
 from dex_server.service import _steps
 from dex_server.service._common import Effects, Limits, ServiceError, Specs
-from dex_server.service._flows import resolve_spec, start_flow
+from dex_server.service._flows import resolve_spec, start_config, start_flow
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
 _POLICY = {"restart": "allow_terminate_if_running", "start": "default"}
@@ -108,6 +119,8 @@ def check_wait(
         limits.check_flow_id(child_flow_id(flow.flow_id, e.execution_id, k))
         limits.check_value(bytes(sub.input) if sub.input is not None else None, "SubFlow input")
         idx = resolve_spec(tx, specs, sub.flow_type, sub.spec)
+        # the child's config and soft timeout, refused as its start would refuse them
+        start_config(idx, _child_request(flow, e, k, sub, "start"))
         for a in sub.initial_attributes:
             limits.check_value(bytes(a.value), f"SubFlow initial Attribute {a.name!r}")
         try:
@@ -116,6 +129,35 @@ def check_wait(
             )
         except UndeclaredStateError as exc:
             raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
+
+
+def _child_request(
+    flow: FlowRecord, e: ExecRecord, k: int, sub: SubFlowStartSpec, action: str
+) -> StartFlowRequest:
+    """The start of child ``k``: the parent's config with the SubFlow's override merged in.
+
+    Raises:
+        ServiceError: the override holds a value no Flow can have (``BAD_REQUEST``).
+
+    """
+    config = flow.config
+    if sub.config is not None:
+        try:
+            config = merge_config(flow.config, sub.config)
+        except InvalidConfigError as exc:
+            raise ServiceError(ErrorCode.BAD_REQUEST, f"SubFlow {k}: {exc}") from None
+    return StartFlowRequest(
+        flow_type=sub.flow_type,
+        flow_id=child_flow_id(flow.flow_id, e.execution_id, k),
+        spec=sub.spec,
+        input=sub.input,
+        id_reuse_policy=_POLICY[action],  # type: ignore[arg-type]
+        request_id=child_request_id(flow.run_id, e.execution_id, k),
+        initial_attributes=sub.initial_attributes,
+        start_delay_s=sub.start_delay_s,
+        config=config,
+        timeout=sub.timeout,
+    )
 
 
 def start_children(
@@ -156,26 +198,19 @@ def start_children(
             child = locked if locked is not None else prev
         else:
             run_id, started = start_flow(
-                tx,
-                limits,
-                specs,
-                StartFlowRequest(
-                    flow_type=sub.flow_type,
-                    flow_id=child_id,
-                    spec=sub.spec,
-                    input=sub.input,
-                    id_reuse_policy=_POLICY[action],  # type: ignore[arg-type]
-                    request_id=request_id,
-                    initial_attributes=sub.initial_attributes,
-                    start_delay_s=sub.start_delay_s,
-                ),
-                now,
+                tx, limits, specs, _child_request(flow, e, k, sub, action), now
             )
             eff.merge(started)
             got = tx.flows.get(run_id)
             assert got is not None
             child = got
             child.parent_flow_id = flow.flow_id
+            tx.search.put(
+                child.run_id,
+                "DexParentFlowID",
+                FieldType.KEYWORD.value,
+                [IndexRow(0, kw=flow.flow_id)],
+            )
         if child.status == "running":
             waiter = (flow.run_id, e.execution_id)
             if waiter not in child.subflow_waiters:
