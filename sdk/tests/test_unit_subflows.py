@@ -11,16 +11,21 @@ from dex import (
     Attribute,
     Context,
     Flow,
+    FlowConfig,
+    FlowTimeoutPolicy,
     PersistenceSchema,
     Registry,
+    RetryPolicy,
     Step,
     StepDecision,
+    StepDurability,
     StepList,
     SubFlow,
     SubFlowOptions,
     SubFlowReusePolicy,
     Timer,
     Wait,
+    WorkerTarget,
 )
 from dex._invoke import invoke
 from dex._protocol import (
@@ -107,13 +112,50 @@ def test_a_child_the_worker_does_not_serve_is_compiled_on_its_own() -> None:
 
 
 def test_child_options_the_server_cannot_run_are_named_for_it() -> None:
-    OPTIONS["spawn"] = SubFlowOptions(timeout=timedelta(minutes=1))
+    OPTIONS["spawn"] = SubFlowOptions(
+        retry_policy=RetryPolicy(maximum_attempts=2),
+        config_override=FlowConfig(worker_target=WorkerTarget(address="http://w:1")),
+    )
     try:
         res = run(Registry([PARENT, KID]), "wait_for", 3)
     finally:
         OPTIONS.clear()
     assert res.wait is not None and res.wait.conditions[1].subflow is not None
-    assert res.wait.conditions[1].subflow.requires == ["SubFlow timeouts (SubFlowOptions.timeout)"]
+    assert res.wait.conditions[1].subflow.requires == [
+        "SubFlow retries (SubFlowOptions.retry_policy)",
+        "SubFlowOptions.config_override.worker_target other than pull Workers (listening Workers)",
+    ]
+
+
+def test_a_child_timeout_and_config_override_travel_with_its_start() -> None:
+    OPTIONS["spawn"] = SubFlowOptions(
+        timeout=timedelta(minutes=1),
+        timeout_policy=FlowTimeoutPolicy.CANCEL,
+        config_override=FlowConfig(step_durability=StepDurability.ASYNC),
+    )
+    try:
+        res = run(Registry([PARENT, KID]), "wait_for", 3)
+    finally:
+        OPTIONS.clear()
+    assert res.error is None and res.wait is not None
+    sub = res.wait.conditions[1].subflow
+    assert sub is not None and sub.requires == []
+    assert sub.timeout is not None and (sub.timeout.timeout_s, sub.timeout.policy) == (
+        60.0,
+        "cancel",
+    )
+    assert sub.config is not None and sub.config.step_durability == "async"
+    assert sub.config.continue_as_new_threshold is None
+
+
+def test_an_invalid_child_timeout_fails_the_attempt_for_good() -> None:
+    OPTIONS["spawn"] = SubFlowOptions(timeout=timedelta(seconds=-1))
+    try:
+        res = run(Registry([PARENT, KID]), "wait_for", 3)
+    finally:
+        OPTIONS.clear()
+    assert res.error is not None and res.error.non_retryable
+    assert "SubFlowOptions.timeout" in res.error.message
 
 
 def test_a_child_input_of_the_wrong_type_fails_the_attempt_for_good() -> None:
