@@ -41,7 +41,7 @@ from dex import (
 )
 from dex._decisions import DecisionKind
 from dex._invoke import invoke
-from dex._protocol import RetryPolicySpec
+from dex._protocol import ConditionSpec, RetryPolicySpec
 from dex._spec import flow_spec
 from dex._waits import Condition, SubFlowCondition, WaitKind
 from dex.errors import FeatureNotAvailableError, FlowDefinitionError, InvalidStepResultError
@@ -294,6 +294,19 @@ def test_subflow_conditions_need_a_worker_to_build_their_wire_form() -> None:
     assert isinstance(cond, SubFlowCondition) and cond.condition_id == "child"
     with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
         Wait.until(cond).to_spec()
+
+
+def test_a_subflow_condition_in_a_combination_is_built_by_the_workers_builder() -> None:
+    kid = SubFlow.run(Child(), 1, SubFlowOptions(condition_id="kid"))
+    wait = Wait.any_combination_of(
+        ConditionCombination.of(kid, Inbox.for_one(condition_id="in")),
+        ConditionCombination.of(Timer.by_duration(2, condition_id="t")),
+    )
+    spec = wait.to_spec(lambda c: ConditionSpec(kind="subflow", condition_id=c.condition_id))
+    assert [c.kind for c in spec.conditions] == ["subflow", "channel", "timer"]
+    assert spec.groups == [[0, 1], [2]]
+    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
+        wait.to_spec()
 
 
 def test_a_subflow_condition_reaches_the_wire() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
 import pytest
 from dex._protocol import ConditionSpec, FlowSpec, SubFlowStartSpec, WaitSpec
 from dex_server.engine import WaitingExecution, match_waits
@@ -91,6 +92,19 @@ def test_any_of_puts_children_after_timers_and_channels() -> None:
     [m] = match_waits(waiting, {"c": ["m1"]}, 6.0, set())
     assert m.consumed == [[]] and m.timers_fired == [True] and m.subflows_done == [False]
     assert match_waits(waiting, {}, 0.0, set()) == []
+
+
+def test_a_combination_with_a_child_waits_for_it_to_end() -> None:
+    a = msgspec.structs.replace(child("a"), condition_id="a")
+    c = msgspec.structs.replace(chan("c"), condition_id="c")
+    t = msgspec.structs.replace(timer(5.0), condition_id="t")
+    wait = WaitSpec(mode="any_combination", conditions=[a, c, t], groups=[[0, 1], [2]])
+    waiting = [WaitingExecution(execution_id="S-1", wait=wait)]
+    assert match_waits(waiting, {"c": ["m1"]}, 0.0, set()) == []  # the child still runs
+    [m] = match_waits(waiting, {"c": ["m1"]}, 0.0, {"a"})
+    assert m.consumed == [["m1"]] and m.subflows_done == [True]
+    [m] = match_waits(waiting, {"c": ["m1"]}, 6.0, set())  # the Timer's combination
+    assert m.consumed == [[]] and m.subflows_done == [False]
 
 
 def test_the_server_runs_subflows() -> None:
