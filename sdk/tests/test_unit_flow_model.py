@@ -41,7 +41,7 @@ from dex import (
 )
 from dex._decisions import DecisionKind
 from dex._invoke import invoke
-from dex._protocol import RetryPolicySpec
+from dex._protocol import ConditionSpec, RetryPolicySpec
 from dex._spec import flow_spec
 from dex._waits import Condition, SubFlowCondition, WaitKind
 from dex.errors import FeatureNotAvailableError, FlowDefinitionError, InvalidStepResultError
@@ -286,7 +286,7 @@ def test_wait_kinds_and_combinations() -> None:
         ConditionCombination.of()
 
 
-def test_subflows_are_named_and_refuse_to_run() -> None:
+def test_subflow_conditions_need_a_worker_to_build_their_wire_form() -> None:
     opts = SubFlowOptions(timeout=timedelta(minutes=1), condition_id="child")
     assert opts.reuse_policy is SubFlowReusePolicy.RESTART_IF_PREVIOUS_EXITS_ABNORMALLY
     assert opts.with_attribute(Count, 3)._attribute_initializations == ((Count, (3,)),)
@@ -294,25 +294,29 @@ def test_subflows_are_named_and_refuse_to_run() -> None:
     assert isinstance(cond, SubFlowCondition) and cond.condition_id == "child"
     with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
         Wait.until(cond).to_spec()
-    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
-        SubFlow.get_flow_id(None, 0)  # type: ignore[arg-type]
-    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
-        SubFlow.get_condition_results(None)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("kind", "step_type", "feature"),
-    [
-        ("wait_for", "AwaitsChild", "SubFlows"),
-    ],
-)
-def test_returning_a_feature_not_run_yet_fails_the_attempt_for_good(
-    kind: str, step_type: str, feature: str
-) -> None:
-    reg = Registry([Demo()])
-    res = asyncio.run(invoke(reg, task(kind, step_type, input=1), RecordingIO()))
-    assert res.error is not None and res.error.error_type == "FeatureNotAvailableError"
-    assert feature in res.error.message and res.error.non_retryable
+def test_a_subflow_condition_in_a_combination_is_built_by_the_workers_builder() -> None:
+    kid = SubFlow.run(Child(), 1, SubFlowOptions(condition_id="kid"))
+    wait = Wait.any_combination_of(
+        ConditionCombination.of(kid, Inbox.for_one(condition_id="in")),
+        ConditionCombination.of(Timer.by_duration(2, condition_id="t")),
+    )
+    spec = wait.to_spec(lambda c: ConditionSpec(kind="subflow", condition_id=c.condition_id))
+    assert [c.kind for c in spec.conditions] == ["subflow", "channel", "timer"]
+    assert spec.groups == [[0, 1], [2]]
+    with pytest.raises(FeatureNotAvailableError, match="SubFlows"):
+        wait.to_spec()
+
+
+def test_a_subflow_condition_reaches_the_wire() -> None:
+    res = asyncio.run(
+        invoke(Registry([Demo()]), task("wait_for", "AwaitsChild", input=1), RecordingIO())
+    )
+    assert res.error is None and res.wait is not None
+    (cond,) = res.wait.conditions
+    assert cond.kind == "subflow" and cond.subflow is not None
+    assert cond.subflow.flow_type == "Child" and cond.subflow.requires == []
 
 
 def test_combinations_and_conditional_completion_reach_the_wire() -> None:

@@ -278,8 +278,8 @@ __all__ += [
 ]
 
 # --------------------------------------------------------------------------- flow definition
-# Decision functions and the named parts of the Dex model's flow definition that are
-# declared here but run later (SubFlows, condition combinations).
+# Decision functions, SubFlows and condition combinations of the Dex model's flow
+# definition.
 from dex._decisions import (  # noqa: E402
     dead_end,
     force_complete,

@@ -25,6 +25,7 @@ from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput, handler_kind
+from dex._subflow_wire import subflow_condition_spec
 from dex.errors import (
     DexError,
     FeatureNotAvailableError,
@@ -175,7 +176,12 @@ async def _invoke(
             raise DexError(f"Step {se.step_type} has no wait_for")
         result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,), executor)
         with _deterministic():
-            wait = wait_spec(result, entry, se.step_type)
+            wait = wait_spec(
+                result,
+                entry,
+                se.step_type,
+                lambda c: subflow_condition_spec(c, registry, entry.flow_type, se.step_type),
+            )
         return _result(inv, wait=wait)
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     with _deterministic():

@@ -132,16 +132,45 @@ TIMEOUT_HANDLER_STEP = "sys:timeout_handler"
 # --------------------------------------------------------------------------- waits, decisions
 
 
-class ConditionSpec(Struct, kw_only=True, omit_defaults=True):
-    """One Wait condition. ``kind="timer"`` uses duration_s or fire_at (unix seconds)."""
+class SubFlowStartSpec(Struct, kw_only=True, omit_defaults=True):
+    """How a SubFlow condition starts its child Flow (sent by the Worker, kept by nobody).
 
-    kind: Literal["timer", "channel"]
+    The server starts (or reuses) the child in the commit that records the Wait, then keeps
+    only the child's ``flow_id`` / ``run_id`` in the condition.
+    """
+
+    flow_type: str
+    spec: FlowSpec
+    input: OptionalRaw = None
+    reuse_policy: Literal["attach", "restart_if_previous_exits_abnormally", "always_restart"] = (
+        "restart_if_previous_exits_abnormally"
+    )
+    initial_attributes: list[InitialAttribute] = []
+    start_delay_s: float | None = None
+    # optional features the child's start depends on (as ``StartFlowRequest.requires``)
+    requires: list[str] = []
+    # the override merged into the parent's config, and the child's soft timeout
+    config: FlowConfigWire | None = None
+    timeout: FlowTimeoutSpec | None = None
+
+
+class ConditionSpec(Struct, kw_only=True, omit_defaults=True):
+    """One Wait condition. ``kind="timer"`` uses duration_s or fire_at (unix seconds).
+
+    ``kind="subflow"``: the Worker sends ``subflow``; the server replaces it with the
+    child's ``flow_id`` and ``run_id``.
+    """
+
+    kind: Literal["timer", "channel", "subflow"]
     condition_id: str | None = None
     duration_s: float | None = None
     fire_at: float | None = None
     channel: str | None = None  # physical Channel name
     min_count: int = 1
     max_count: int | None = 1  # None: unbounded (at_least)
+    subflow: SubFlowStartSpec | None = None
+    flow_id: str | None = None  # a SubFlow condition's child Flow ID (set by the server)
+    run_id: str | None = None  # the child run the condition waits for (set by the server)
 
 
 class WaitSpec(Struct, kw_only=True, omit_defaults=True):
@@ -201,6 +230,18 @@ class ConditionResultsWire(Struct, kw_only=True, omit_defaults=True):
     timers_fired: list[bool] = []  # one per timer condition, declaration order
     channel_values: list[list[Raw]] = []  # one list per channel condition, declaration order
     channel_names: list[str] = []  # physical channel of each channel condition
+    subflows: list[SubFlowResultWire] = []  # one per SubFlow condition, declaration order
+
+
+class SubFlowResultWire(Struct, kw_only=True, omit_defaults=True):
+    """A SubFlow condition's child as it was when its Wait was satisfied.
+
+    Its status is ``running`` when another condition won an ``any`` Wait first.
+    """
+
+    flow_id: str
+    run_id: str
+    result: FlowResultWire
 
 
 class RecoveryErrorWire(Struct, kw_only=True):

@@ -8,6 +8,7 @@ from msgspec import Raw
 
 from dex._options import RetryPolicy, StepOptions, WaitForFailurePolicy, seconds
 from dex._protocol import (
+    ConditionSpec,
     DecisionSpec,
     FlowSpec,
     LoadSpec,
@@ -20,10 +21,13 @@ from dex._waits import ChannelCondition, Wait
 from dex.errors import FlowDefinitionError, InvalidStepResultError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dex._decisions import StepDecision, StepMovement
     from dex._flow import Flow
     from dex._registry import FlowEntry
     from dex._state import LockKey
+    from dex._waits import SubFlowCondition
 
 __all__ = ["decision_spec", "flow_spec", "movement_wire", "options_spec", "wait_spec"]
 
@@ -174,8 +178,13 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
     )
 
 
-def wait_spec(wait: object, entry: FlowEntry, step_type: str | None = None) -> WaitSpec:
-    """Wire form of a ``wait_for`` result.
+def wait_spec(
+    wait: object,
+    entry: FlowEntry,
+    step_type: str | None = None,
+    subflow: Callable[[SubFlowCondition], ConditionSpec] | None = None,
+) -> WaitSpec:
+    """Wire form of a ``wait_for`` result (``subflow`` builds SubFlow conditions).
 
     Raises:
         InvalidStepResultError: not a Wait, or a condition names an undeclared Channel.
@@ -198,7 +207,7 @@ def wait_spec(wait: object, entry: FlowEntry, step_type: str | None = None) -> W
                 f"Wait condition on {c.kind} {c.name!r}, which Flow {entry.flow_type!r} "
                 "does not declare",
             )
-    return wait.to_spec()
+    return wait.to_spec(subflow)
 
 
 def movement_wire(

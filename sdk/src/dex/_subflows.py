@@ -1,4 +1,4 @@
-"""SubFlow options: how a Step starts a child Flow (named here, not run yet)."""
+"""SubFlow options: how a Step's ``wait_for`` starts a child Flow."""
 
 from __future__ import annotations
 
@@ -32,10 +32,15 @@ class SubFlowReusePolicy(enum.Enum):
 class SubFlowOptions:
     """How ``SubFlow.run`` starts a child Flow (SubFlows).
 
-    SubFlows are not run by this release: these options can be built, and a Wait on the
-    SubFlow condition fails with ``FeatureNotAvailableError("SubFlows")``. The fields
-    mirror ``StartFlowOptions`` plus ``reuse_policy`` and ``condition_id`` (the id of the
-    condition in the parent's Wait).
+    The fields mirror ``StartFlowOptions`` plus ``reuse_policy`` (what to do when the
+    child ID already has a run) and ``condition_id`` (the id of the condition in the
+    parent's Wait). ``start_delay``, ``with_attribute`` and the soft timeout (``timeout``,
+    ``timeout_policy``, ``timeout_handler_options``, as for a Flow) apply to the child's
+    start. The child inherits its parent's FlowConfig; ``config_override`` replaces the
+    fields it sets. ``retry_policy`` and a listening ``config_override.worker_target`` are
+    not run by this server: a Wait whose child sets one fails its attempt (not retried)
+    with ``FEATURE_NOT_AVAILABLE`` naming it, and no child starts. Immutable; safe to
+    share between threads.
     """
 
     timeout: Duration | None = None

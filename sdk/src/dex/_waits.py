@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from dex._protocol import ConditionSpec, WaitSpec
+from dex._protocol import ConditionSpec, SubFlowResultWire, WaitSpec
 from dex.errors import feature_not_available
 
 if TYPE_CHECKING:
@@ -83,10 +84,9 @@ class ChannelCondition(Condition):
 
 @dataclass(frozen=True, slots=True)
 class SubFlowCondition(Condition):
-    """A condition that holds when a child Flow run finishes (``SubFlow.run(...)``).
+    """A condition that holds when a child Flow run ends (``SubFlow.run(...)``).
 
-    SubFlows are not run by this release: a ``wait_for`` that returns a Wait with this
-    condition fails (not retried) with ``FeatureNotAvailableError("SubFlows")``.
+    The server starts the child when it records the Wait; see ``SubFlow``.
     """
 
     condition_id: str | None = None
@@ -120,27 +120,65 @@ class ConditionCombination:
 class SubFlow:
     """Factories and readers of SubFlow conditions (a child Flow run awaited by a Step).
 
-    SubFlows are not run by this release: ``run`` builds the condition (so definitions
-    import and type-check), and waiting on it, ``get_flow_id`` and
-    ``get_condition_results`` raise ``FeatureNotAvailableError("SubFlows")``.
+    ``Wait.until(SubFlow.run(child_flow, input, SubFlowOptions(...)))`` in ``wait_for``:
+    the server starts the child in the commit that records the Wait, with the Flow ID
+    ``SubFlow:<parentFlowId>-<stepExecutionId>-<index>`` (``index`` counts the Wait's
+    SubFlow conditions from 0), and the condition holds once that child run ends (in any
+    status: a failed child does not fail the parent). ``execute`` reads the child with
+    ``get_flow_id`` / ``get_condition_results``. The child Flow must be registered (the
+    same instance) on the Worker running the parent's ``wait_for``. Ending the parent does
+    not cancel a child still running.
     """
 
     @staticmethod
     def run(flow: Flow[Any], input: object, options: SubFlowOptions | None = None) -> Condition:
-        """Return a condition that starts ``flow`` with ``input`` and holds when it ends."""
+        """Return a condition that starts ``flow`` with ``input`` and holds when it ends.
+
+        ``options.reuse_policy`` says what happens when the child ID already has a run
+        (default ``RESTART_IF_PREVIOUS_EXITS_ABNORMALLY``: attach to a running or
+        completed one, start anew after any other end).
+        """
         return SubFlowCondition(
             options.condition_id if options is not None else None, flow, input, options
         )
 
     @staticmethod
     def get_flow_id(context: Context, index: int = 0) -> str:
-        """Return the Flow ID of the ``index``-th SubFlow condition of this Step's Wait."""
-        feature_not_available("SubFlows")
+        """Return the Flow ID of the ``index``-th SubFlow condition of this Step's Wait.
+
+        Raises:
+            IndexError: the Wait had no SubFlow condition ``index`` (or this is not
+                ``execute`` after a Wait).
+
+        """
+        return _subflow_result(context, index).flow_id
 
     @staticmethod
     def get_condition_results(context: Context, index: int = 0) -> FlowResult:
-        """Return the result of the ``index``-th SubFlow condition of this Step's Wait."""
-        feature_not_available("SubFlows")
+        """Return the result of the ``index``-th SubFlow condition of this Step's Wait.
+
+        A child that had not ended when another condition of a ``Wait.any_of`` won reads
+        as ``FlowStatus.RUNNING`` (a snapshot at that moment).
+
+        Raises:
+            IndexError: the Wait had no SubFlow condition ``index`` (or this is not
+                ``execute`` after a Wait).
+
+        """
+        from dex._client._types import FlowResult
+
+        inv = context._inv
+        return FlowResult.from_wire(_subflow_result(context, index).result, inv.codec)
+
+
+def _subflow_result(context: Context, index: int) -> SubFlowResultWire:
+    results = context._inv.task.condition_results
+    got = results.subflows if results is not None else []
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(got):
+        raise IndexError(
+            f"no SubFlow condition {index!r}: this Step's Wait had {len(got)} (execute only)"
+        )
+    return got[index]
 
 
 def channel_bounds(kind: str, lo: int, hi: int | None) -> tuple[int, int | None]:
@@ -205,8 +243,9 @@ class Wait:
     """What a ``wait_for`` returns: the conditions that must hold before ``execute`` runs.
 
     ``Wait.until(c)`` / ``Wait.all_of(*cs)``: every condition ready. ``Wait.any_of(*cs)``:
-    the first ready condition in canonical order (Timers, then Channels, each in argument
-    order) wins and only it consumes messages. ``Wait.skip_immediately()``: no condition.
+    the first ready condition in canonical order (Timers, then Channels, then SubFlows,
+    each in argument order) wins and only it consumes messages.
+    ``Wait.skip_immediately()``: no condition.
     ``Wait.any_combination_of(*combinations)``: the first combination, in declaration
     order, whose conditions are all ready wins; only its Channel conditions consume.
     """
@@ -295,19 +334,25 @@ class Wait:
         """Go to ``execute`` at once."""
         return Wait(WaitKind.SKIP_IMMEDIATELY)
 
-    def to_spec(self) -> WaitSpec:
-        """Return the wire form.
+    def to_spec(
+        self, subflow: Callable[[SubFlowCondition], ConditionSpec] | None = None
+    ) -> WaitSpec:
+        """Return the wire form; ``subflow`` builds a SubFlow condition's (a Worker's part).
 
         Raises:
-            FeatureNotAvailableError: a SubFlow condition.
+            FeatureNotAvailableError: a SubFlow condition without ``subflow``.
 
         """
         mode = _WIRE_MODE.get(self.kind)
         if mode is None:
-            return self._combinations_spec()
-        return WaitSpec(mode=mode, conditions=[_condition_spec(c) for c in self.conditions])
+            return self._combinations_spec(subflow)
+        return WaitSpec(
+            mode=mode, conditions=[_condition_spec(c, subflow) for c in self.conditions]
+        )
 
-    def _combinations_spec(self) -> WaitSpec:
+    def _combinations_spec(
+        self, subflow: Callable[[SubFlowCondition], ConditionSpec] | None
+    ) -> WaitSpec:
         index: dict[str, int] = {}
         specs: list[ConditionSpec] = []
         groups: list[list[int]] = []
@@ -317,13 +362,17 @@ class Wait:
                 cid = getattr(c, "condition_id", None) or ""
                 if cid not in index:
                     index[cid] = len(specs)
-                    specs.append(_condition_spec(c))
+                    specs.append(_condition_spec(c, subflow))
                 group.append(index[cid])
             groups.append(group)
         return WaitSpec(mode="any_combination", conditions=specs, groups=groups)
 
 
-def _condition_spec(c: Condition) -> ConditionSpec:
+def _condition_spec(
+    c: Condition, subflow: Callable[[SubFlowCondition], ConditionSpec] | None
+) -> ConditionSpec:
+    if isinstance(c, SubFlowCondition) and subflow is not None:
+        return subflow(c)
     if not isinstance(c, TimerCondition | ChannelCondition):
         feature_not_available("SubFlows")
     return c.to_spec()

@@ -721,8 +721,9 @@ class FeatureNotAvailableError(DexError, NotImplementedError):
 
     The names and option shapes exist so that code written for the full model imports and
     type-checks; calling into such a feature raises this error at once, before anything is
-    sent to the server. ``feature`` names what was used (for example ``"SubFlows"``). Also
-    a ``NotImplementedError`` (and so a ``RuntimeError``).
+    sent to the server. ``feature`` names what was used (for example
+    ``"time travel (time_travel)"``). Also a ``NotImplementedError`` (and so a
+    ``RuntimeError``).
     """
 
     def __init__(self, feature: str) -> None:

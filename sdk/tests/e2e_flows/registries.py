@@ -19,6 +19,7 @@ from tests.e2e_flows import (
     search_flows,
     state_flows,
     step_flows,
+    subflow_flows,
     time_flows,
 )
 
@@ -38,6 +39,7 @@ def all_flows() -> Registry:
             *read_flows.FLOWS,
             *defect_flows.FLOWS,
             *reconnect_flows.FLOWS,
+            *subflow_flows.FLOWS,
             *search_flows.FLOWS,
         ],
         allow_async_handlers=True,

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["FLOW_CONFIG", "FLOW_TIMEOUTS", "SEARCH", "SERVER_FEATURES", "missing"]
+__all__ = ["FLOW_CONFIG", "FLOW_TIMEOUTS", "SEARCH", "SERVER_FEATURES", "SUBFLOWS", "missing"]
 
 SEARCH = "Flow search (search_flows)"
 """A listing filtered by a search query."""
+
+SUBFLOWS = "SubFlows"
+"""Waits on child Flows (``SubFlow.run``)."""
 
 FLOW_CONFIG = "Flow configuration (StartFlowOptions.config_override)"
 """A start that sets FlowConfig fields (kept with the run, shown by describe)."""
@@ -27,7 +30,7 @@ FLOW_TIMEOUTS = frozenset(
 )
 """A start with a soft timeout, its policy and its handler's options."""
 
-SERVER_FEATURES: frozenset[str] = frozenset({SEARCH, FLOW_CONFIG, *FLOW_TIMEOUTS})
+SERVER_FEATURES: frozenset[str] = frozenset({SEARCH, SUBFLOWS, FLOW_CONFIG, *FLOW_TIMEOUTS})
 """The optional features this server runs."""
 
 

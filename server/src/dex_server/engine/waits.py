@@ -12,11 +12,13 @@ Rules (pure, two-phase, exclusive):
 * ``any_combination``: the first group (declaration order) whose conditions are all
   ready, matched as ``all``; only that group's channel conditions consume.
 * ``at_most`` (``min_count == 0``) is always ready; ``skip`` is ready at once.
+* A SubFlow condition is ready once its child run (``run_id``) is in ``closed``; in
+  ``any`` it comes after timers and channels in the canonical order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -39,6 +41,7 @@ class WaitMatch:
     timers_fired: list[bool] = field(default_factory=list)
     consumed: list[list[str]] = field(default_factory=list)
     channel_names: list[str] = field(default_factory=list)
+    subflows_done: list[bool] = field(default_factory=list)
 
 
 def resolve_timers(wait: WaitSpec, now: float) -> WaitSpec:
@@ -69,10 +72,19 @@ def _fired(c: ConditionSpec, now: float) -> bool:
     return c.fire_at is not None and c.fire_at <= now
 
 
+def _subflows_done(wait: WaitSpec, closed: Collection[str]) -> list[bool]:
+    return [c.run_id in closed for c in wait.conditions if c.kind == "subflow"]
+
+
 def _match_all(
-    wait: WaitSpec, available: Mapping[str, list[str]], now: float
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[list[str]] | None:
     if not all(_fired(t, now) for t in _timers(wait)):
+        return None
+    if not all(_subflows_done(wait, closed)):
         return None
     chans = _channels(wait)
     offset: dict[str, int] = {}
@@ -98,7 +110,10 @@ def _match_all(
 
 
 def _match_any(
-    wait: WaitSpec, available: Mapping[str, list[str]], now: float
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[list[str]] | None:
     chans = _channels(wait)
     if any(_fired(t, now) for t in _timers(wait)):
@@ -110,16 +125,21 @@ def _match_any(
             taken: list[list[str]] = [[] for _ in chans]
             taken[i] = list(queue[:count])
             return taken
+    if any(_subflows_done(wait, closed)):
+        return [[] for _ in chans]
     return None
 
 
 def _match_combination(
-    wait: WaitSpec, available: Mapping[str, list[str]], now: float
+    wait: WaitSpec,
+    available: Mapping[str, list[str]],
+    now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[list[str]] | None:
     chans = [i for i, c in enumerate(wait.conditions) if c.kind == "channel"]
     for group in wait.groups:
         sub = WaitSpec(mode="all", conditions=[wait.conditions[i] for i in group])
-        taken = _match_all(sub, available, now)
+        taken = _match_all(sub, available, now, closed)
         if taken is None:
             continue
         # the group's channel conditions, in its order, back to the Wait's positions
@@ -188,6 +208,7 @@ def match_waits(
     waiting: Sequence[WaitingExecution],
     queues: Mapping[str, Sequence[str]],
     now: float,
+    closed: Collection[str] = frozenset(),
 ) -> list[WaitMatch]:
     """Match waiting executions (in waiting order) against pending messages.
 
@@ -195,6 +216,7 @@ def match_waits(
         waiting: executions in the order they started waiting.
         queues: pending message ids per physical Channel name, oldest first.
         now: current time (unix seconds) for timers.
+        closed: run ids of the SubFlow children that have ended.
 
     Returns:
         One :class:`WaitMatch` per satisfied execution, in waiting order. Messages taken
@@ -207,11 +229,11 @@ def match_waits(
         if w.wait.mode == "skip":
             taken: list[list[str]] | None = [[] for _ in _channels(w.wait)]
         elif w.wait.mode == "any" and w.wait.conditions:
-            taken = _match_any(w.wait, available, now)
+            taken = _match_any(w.wait, available, now, closed)
         elif w.wait.mode == "any_combination":
-            taken = _match_combination(w.wait, available, now)
+            taken = _match_combination(w.wait, available, now, closed)
         else:
-            taken = _match_all(w.wait, available, now)
+            taken = _match_all(w.wait, available, now, closed)
         if taken is None:
             continue
         chans = _channels(w.wait)
@@ -227,6 +249,7 @@ def match_waits(
                 timers_fired=[_fired(t, now) for t in _timers(w.wait)],
                 consumed=taken,
                 channel_names=[c.channel or "" for c in chans],
+                subflows_done=_subflows_done(w.wait, closed),
             )
         )
     return matches

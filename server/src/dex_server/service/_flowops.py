@@ -10,6 +10,7 @@ from dex._protocol import ConditionResultsWire, RecoveryErrorWire
 from dex_server.engine import NewExecution, WaitingExecution, channel_demand, match_waits
 from dex_server.engine import history as hist
 from dex_server.engine.flow_timeout import TIMEOUT_EXECUTION_ID, TimeoutClose, timeout_close
+from dex_server.service import _children
 from dex_server.service._common import Effects, Limits, ReadyTask, SpecIndex, store_value
 from dex_server.service._tasks import build_step_task
 from dex_server.store import ExecRecord, FlowRecord, Tx
@@ -121,7 +122,8 @@ def run_matching(
     parked = [WaitingExecution(execution_id=e.execution_id, wait=e.wait) for e in waiting if e.wait]
     # read only the prefix of each backlog the Waits can take, not every pending id
     queues = tx.channels.pending_ids(flow.run_id, names, channel_demand(parked))
-    matches = match_waits(parked, queues, now)
+    kids = _children.children(tx, (e.wait for e in waiting if e.wait))
+    matches = match_waits(parked, queues, now, _children.closed_runs(kids))
     by_id = {e.execution_id: e for e in waiting}
     timed_out: TimeoutClose | None = None
     for m in matches:
@@ -139,6 +141,7 @@ def run_matching(
             timers_fired=m.timers_fired,
             channel_values=[[taken[mid].value for mid in group] for group in m.consumed],
             channel_names=m.channel_names,
+            subflows=_children.results(e.wait, kids) if e.wait else [],
         )
         e.phase = "execute"
         e.attempt = 1
@@ -236,6 +239,7 @@ def close_flow(
     )
     eff.closed.append((flow.flow_id, flow.run_id))
     tx.signals.notify("closed", flow.flow_id)
+    _children.wake_waiters(tx, flow, now, eff)
 
 
 def check_graceful(tx: Tx, limits: Limits, flow: FlowRecord, now: float, eff: Effects) -> None:

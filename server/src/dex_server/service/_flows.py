@@ -146,7 +146,7 @@ def start_flow(
         input=req.input,
         spec_version=idx.version,
     )
-    flow.config = _start_config(idx, req)
+    flow.config = start_config(idx, req)
     for _ in range(_START_CONFLICT_RETRIES):
         prev = tx.flows.latest(req.flow_id)
         if prev is not None:
@@ -218,7 +218,7 @@ def start_flow(
     return flow.run_id, eff
 
 
-def _start_config(idx: SpecIndex, req: StartFlowRequest) -> FlowConfigWire | None:
+def start_config(idx: SpecIndex, req: StartFlowRequest) -> FlowConfigWire | None:
     """Check the start's FlowConfig and soft timeout; return the config to keep."""
     if req.timeout is not None:
         _check_timeout(idx, req, req.timeout)

@@ -36,7 +36,7 @@ from dex_server.dispatch import (
 )
 from dex_server.engine import InvalidSpecError, check_spec, features
 from dex_server.engine.ids import new_uuid7
-from dex_server.service import _control, _flows, _forks, _locks, _steps
+from dex_server.service import _control, _flows, _forks, _locks, _steps, _subflows
 from dex_server.service._changes import Changes
 from dex_server.service._cluster import Cluster
 from dex_server.service._common import (
@@ -382,7 +382,9 @@ class Runtime:
 
     def _submit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
         def job(tx: Tx) -> Effects:
-            return _steps.apply_step_result(tx, self.limits, self.specs, ref, result, time.time())
+            return _subflows.apply_step_result(
+                tx, self.limits, self.specs, ref, result, time.time()
+            )
 
         def done(fut: asyncio.Future[Effects]) -> None:
             exc = None if fut.cancelled() else fut.exception()
@@ -413,7 +415,7 @@ class Runtime:
         try:
             eff = await self.after_holds(
                 env.run_id,
-                lambda tx: _steps.apply_step_result(
+                lambda tx: _subflows.apply_step_result(
                     tx, self.limits, self.specs, ref, result, time.time()
                 ),
             )

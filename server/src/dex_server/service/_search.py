@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from dex._protocol import ErrorCode, SearchFlowsResponse, SearchFlowWire
 
-from dex_server.engine.query import FieldType, QueryError, parse_query
+from dex_server.engine.query import SYSTEM_FIELDS, FieldType, QueryError, parse_query
 from dex_server.engine.schema import (
     StateNames,
     UndeclaredStateError,
@@ -107,8 +107,11 @@ def _hydrated(tx: Tx, page: list[FlowRecord]) -> list[SearchFlowWire]:
         rows[r.run_id].setdefault(r.key, (r.type, []))[1].append(r.row)
     out = []
     for f in page:
+        # system fields kept as rows (DexParentFlowID) are not Attributes
         attrs: dict[str, Any] = {
-            key: hydrate(FieldType(t), rs) for key, (t, rs) in rows.get(f.run_id, {}).items()
+            key: hydrate(FieldType(t), rs)
+            for key, (t, rs) in rows.get(f.run_id, {}).items()
+            if key not in SYSTEM_FIELDS
         }
         out.append(
             SearchFlowWire(

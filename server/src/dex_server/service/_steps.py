@@ -36,7 +36,7 @@ from dex_server.engine.ids import new_uuid7
 from dex_server.engine.query import FieldType
 from dex_server.engine.search import index_rows
 from dex_server.engine.waits import InvalidWaitError, check_wait
-from dex_server.service import _locks
+from dex_server.service import _children, _locks
 from dex_server.service._common import (
     Effects,
     LimitError,
@@ -589,12 +589,13 @@ def fire_timer(
         return eff
     if flow is None or flow.status != "running":
         return eff
-    e = tx.executions.get(run_id, execution_id)
+    target, wake_only = _children.timer_target(execution_id)
+    e = tx.executions.get(run_id, target)
     if e is None:
         return eff
     if e.phase == "waiting":
         run_matching(tx, flow, now, eff, limits)
-    elif e.not_before <= now:
+    elif e.not_before <= now and not wake_only:
         tx.timers.clear(run_id, execution_id)
         e.not_before = 0.0
         schedule(tx, flow, e, now, eff)

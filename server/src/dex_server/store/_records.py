@@ -61,6 +61,11 @@ class FlowRecord(Struct, kw_only=True, omit_defaults=True):
     # the soft timeout the run started with (``policy`` resolved) and its absolute deadline
     timeout: FlowTimeoutSpec | None = None
     timeout_at: float | None = None
+    # SubFlows: the Flow ID of the parent run whose Step started this run (the system search
+    # index DexParentFlowID), and the Step executions (run_id, execution_id) waiting for this
+    # run to end (woken by a Timer row at its close)
+    parent_flow_id: str | None = None
+    subflow_waiters: list[tuple[str, str]] = []
 
 
 class ExecRecord(Struct, kw_only=True, omit_defaults=True):
