@@ -275,13 +275,16 @@ def test_wait_kinds_and_combinations() -> None:
     assert [c.condition_id for c in spec.conditions] == ["in", "t"]
     with pytest.raises(ValueError):
         Wait.any_combination_of()
+    # built as the original builds them; refused when sent
+    unnamed = Wait.any_combination_of(ConditionCombination.of(Inbox.for_one()))
     with pytest.raises(ValueError, match="needs a condition_id"):
-        Wait.any_combination_of(ConditionCombination.of(Inbox.for_one()))
+        unnamed.to_spec()
+    twice = Wait.any_combination_of(
+        ConditionCombination.of(Inbox.for_one(condition_id="x")),
+        ConditionCombination.of(Timer.by_duration(2, condition_id="x")),
+    )
     with pytest.raises(ValueError, match="two different conditions"):
-        Wait.any_combination_of(
-            ConditionCombination.of(Inbox.for_one(condition_id="x")),
-            ConditionCombination.of(Timer.by_duration(2, condition_id="x")),
-        )
+        twice.to_spec()
     with pytest.raises(ValueError):
         ConditionCombination.of()
 

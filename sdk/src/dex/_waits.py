@@ -303,30 +303,20 @@ class Wait:
         messages with ``channel.results(context)``; ``context.has_timer_fired(i)``
         counts the distinct Timers in order of first appearance.
 
+        Every condition needs a ``condition_id``, and one ID names one condition. As in
+        the original SDK, that is checked when the Wait is sent (``to_spec``: the attempt
+        fails and is not retried), not when it is built.
+
         Raises:
-            ValueError: no combination, a condition without ``condition_id``, or one
-                ``condition_id`` given to two different conditions.
+            ValueError: no combination.
             TypeError: a value that is not a ``ConditionCombination``.
 
         """
         if not combinations:
             raise ValueError("Wait.any_combination_of needs at least one ConditionCombination")
-        by_id: dict[str, Condition] = {}
         for combination in combinations:
             if not isinstance(combination, ConditionCombination):
                 raise TypeError(f"not a ConditionCombination: {combination!r}")
-            for c in combination.conditions:
-                cid = getattr(c, "condition_id", None)
-                if not cid:
-                    raise ValueError(
-                        "every condition of Wait.any_combination_of needs a condition_id, "
-                        f"got {c!r}"
-                    )
-                if by_id.setdefault(cid, c) != c:
-                    raise ValueError(
-                        f"condition_id {cid!r} names two different conditions in "
-                        "Wait.any_combination_of"
-                    )
         return Wait(WaitKind.ANY_COMBINATION_OF, (), tuple(combinations))
 
     @staticmethod
@@ -354,12 +344,23 @@ class Wait:
         self, subflow: Callable[[SubFlowCondition], ConditionSpec] | None
     ) -> WaitSpec:
         index: dict[str, int] = {}
+        by_id: dict[str, Condition] = {}
         specs: list[ConditionSpec] = []
         groups: list[list[int]] = []
         for combination in self.combinations:
             group = []
             for c in combination.conditions:
                 cid = getattr(c, "condition_id", None) or ""
+                if not cid:
+                    raise ValueError(
+                        "every condition of Wait.any_combination_of needs a condition_id, "
+                        f"got {c!r}"
+                    )
+                if by_id.setdefault(cid, c) != c:
+                    raise ValueError(
+                        f"condition_id {cid!r} names two different conditions in "
+                        "Wait.any_combination_of"
+                    )
                 if cid not in index:
                     index[cid] = len(specs)
                     specs.append(_condition_spec(c, subflow))
