@@ -78,6 +78,7 @@ async def test_time_travel_from_the_dialog_keeps_the_committed_charge(rig: Rig, 
     await expect(timeline).to_contain_text("TimeTravelFork")
     await expect(timeline).to_contain_text("RecordedOutcomeTaken")
     await expect(timeline).to_contain_text("replay after the fix")
+    await expect(timeline.locator("p.prev")).to_contain_text(f"Made from run {old}")
     runs = page.locator("#runs")
     await expect(runs).to_contain_text(f"{new} (latest)")
     await expect(runs).to_contain_text("time travel")

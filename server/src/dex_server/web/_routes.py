@@ -541,7 +541,8 @@ class WebUI:
                     f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
                     f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
                     f"{value_block(raw, '/ui/flow/event', id=flow_id, event=eid, run=run)}"
-                    f"{_panels.blob_links(payload, flow_id, int(e.event_id), run)}</details></li>"
+                    f"{_panels.blob_links(payload, flow_id, int(e.event_id), run)}"
+                    f"{_timetravel.previous_run_link(e.type, payload, flow_id)}</details></li>"
                 )
             )
         nxt = history.next_page_token

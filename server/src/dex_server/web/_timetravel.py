@@ -189,6 +189,18 @@ def runs_section(flow_id: str, latest: str, runs: list[tuple[str, str, float, st
     )
 
 
+def previous_run_link(event_type: str, payload: object, flow_id: str) -> Safe:
+    """For a run's first event (``TimeTravelFork``/``FlowContinued``): a link to the run before."""
+    if event_type not in (TIME_TRAVEL_FORK, FLOW_CONTINUED) or not isinstance(payload, dict):
+        return Safe("")
+    prev = payload.get("previousRunId")
+    if not isinstance(prev, str) or not prev:
+        return Safe("")
+    return tag(
+        "p", join(["Made from run ", link("/ui/flow", prev, id=flow_id, run=prev)]), class_="prev"
+    )
+
+
 def made_notice(flow_id: str, new_run: str, old_run: str) -> Safe:
     """What the page says after a time travel: links to the new and the old run."""
     return tag(
