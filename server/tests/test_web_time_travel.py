@@ -15,7 +15,9 @@ import pytest_asyncio
 from dex_server.web._timetravel import parse_form, parse_time
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from tests.test_time_travel import Rig, _closed, _finished_order, _rig
+from tests._pg import until
+from tests._tt_flows import COUNTER
+from tests.test_time_travel import Rig, _closed, _finished_order, _rig, _total, _waiting
 
 CHROMIUM = os.environ.get("DEX_WEB_CHROMIUM", "/usr/bin/chromium")
 WAIT_MS = 20_000
@@ -131,6 +133,30 @@ async def test_bad_input_says_why_and_changes_nothing(rig: Rig, page: Page) -> N
     info = await rig.client.describe_flow(fid)
     assert info.run_id == old
     assert rig.count("charge", fid) == 1
+
+
+@browser_test
+async def test_a_continued_run_links_to_the_run_before(rig: Rig, page: Page) -> None:
+    fid = "web-tt-continued"
+    old = await rig.client.start_flow(COUNTER, fid)
+    await rig.client.invoke_rpc(COUNTER.tick, fid, 3)
+    await _total(rig, fid, 3)
+    await _waiting(rig, fid, "Tick-2")
+    await rig.client.trigger_continue_as_new(fid)
+
+    async def moved() -> bool:
+        return (await rig.client.describe_flow(fid)).run_id != old
+
+    await until(moved, 30, "the new run")
+    await page.goto(_url(rig) + f"/ui/flow?id={fid}")
+    runs = page.locator("#runs")
+    await expect(runs).to_contain_text("continue-as-new")
+    await expect(runs).to_contain_text("continued_as_new")
+    await expect(page.locator("#timeline p.prev")).to_contain_text(f"Made from run {old}")
+    await runs.get_by_role("link", name=old).click()
+    await expect(page.locator("#flow-status")).to_have_text("continued_as_new")
+    await expect(page.locator("#timeline")).to_contain_text("FlowStarted")
+    await rig.client.stop_flow(fid)
 
 
 @browser_test
