@@ -194,7 +194,7 @@ def turn_controls_text() -> Safe:
     )
 
 
-def blob_links(payload: object, flow_id: str, event_id: int) -> Safe:
+def blob_links(payload: object, flow_id: str, event_id: int, run: str = "") -> Safe:
     """Links to the values an event keeps apart (stored as blobs), loaded on demand."""
     ids = _reads.blob_ids(payload)
     if not ids:
@@ -208,6 +208,7 @@ def blob_links(payload: object, flow_id: str, event_id: int) -> Safe:
                 id=flow_id,
                 event=event_id,
                 blob=b,
+                run=run,
             )
             + "</li>"
         )

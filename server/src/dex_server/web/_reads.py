@@ -402,9 +402,11 @@ def message_value(tx: Tx, specs: Specs, flow_id: str, message_id: str) -> bytes 
     return next((bytes(m.value) for m in pending if m.message_id == message_id), None)
 
 
-def event_payload(tx: Tx, flow_id: str, event_id: int) -> tuple[str, bytes] | None:
-    """The type and whole raw JSON of one history event of the latest run."""
-    flow = _flows.require_flow(tx, flow_id)
+def event_payload(
+    tx: Tx, flow_id: str, event_id: int, run_id: str = ""
+) -> tuple[str, bytes] | None:
+    """The type and whole raw JSON of one history event of the latest run (or ``run_id``)."""
+    flow = _flows.require_flow(tx, flow_id, run_id)
     rows = tx.history.page(flow.run_id, event_id - 1, 1)
     if not rows or rows[0][0] != event_id:
         return None
@@ -515,9 +517,9 @@ def blob_ids(value: object) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def event_blob(tx: Tx, flow_id: str, event_id: int, blob: str) -> bytes | None:
+def event_blob(tx: Tx, flow_id: str, event_id: int, blob: str, run_id: str = "") -> bytes | None:
     """A value one history event refers to by blob reference (None unless it does)."""
-    found = event_payload(tx, flow_id, event_id)
+    found = event_payload(tx, flow_id, event_id, run_id)
     if found is None:
         return None
     try:

@@ -23,7 +23,7 @@ from dex_server.service._common import ServiceError
 from dex_server.service._search import search_fields, search_flows
 from dex_server.store import StoreUnavailableError
 from dex_server.store._records import FlowStatus
-from dex_server.web import _graph, _panels, _reads
+from dex_server.web import _graph, _panels, _reads, _timetravel
 from dex_server.web._html import (
     CSS,
     Safe,
@@ -190,6 +190,7 @@ class WebUI:
             Route("/ui/flows", g(self._flows), methods=["GET"]),
             Route("/ui/flow", g(self._flow), methods=["GET"]),
             Route("/ui/flow/stop", g(self._stop, post=True), methods=["POST"]),
+            Route("/ui/flow/time-travel", g(self._time_travel, post=True), methods=["POST"]),
             Route("/ui/flow/value", g(self._flow_value), methods=["GET"]),
             Route("/ui/flow/event", g(self._flow_event), methods=["GET"]),
             Route("/ui/sessions", g(self._sessions), methods=["GET"]),
@@ -410,6 +411,8 @@ class WebUI:
     ) -> Response:
         fid = request.query_params.get("id", "")
         after = request.query_params.get("after", "")
+        if request.query_params.get("run", ""):
+            return await self._earlier_run(request, ctx)
         running = dict(self.runtime.dispatcher.running)
         specs = self.runtime.specs
         view: _reads.FlowView = await self._read(
@@ -439,6 +442,15 @@ class WebUI:
             )
         if info.status == "running":
             parts.append(self._stop_dialog(ctx, info.flow_id))
+        parts.append(
+            _timetravel.dialog(
+                ctx.form("/ui/flow/time-travel", _timetravel.dialog_body(info.flow_id))
+            )
+        )
+        earlier = await self._read(
+            lambda tx: _timetravel.earlier_runs(tx, info.flow_id, info.run_id)
+        )
+        parts.append(_timetravel.runs_section(info.flow_id, info.run_id, earlier))
         if view.graph is not None:
             parts.append(_graph.render(view.graph))
         parts.append(self._state_panel(view))
@@ -512,8 +524,11 @@ class WebUI:
 
     def _timeline(self, view: _reads.FlowView, flow_id: str) -> Safe:
         assert view.history is not None
+        return self._events(view.history, flow_id)
+
+    def _events(self, history: Any, flow_id: str, run: str = "") -> Safe:
         items = []
-        for e in view.history.events:
+        for e in history.events:
             raw = bytes(e.payload)
             try:
                 payload = json.loads(raw)
@@ -526,16 +541,18 @@ class WebUI:
                     for k, v in payload.items()
                     if isinstance(v, str | int | float | bool) and len(str(v)) <= 80
                 )
+            eid = int(e.event_id)
             items.append(
                 Safe(
                     f"<li id=event-{int(e.event_id)}><details><summary>#{int(e.event_id)} "
                     f"{when(e.event_time)} <strong>{h(e.type)}</strong> {h(details)}</summary>"
-                    f"{value_block(raw, '/ui/flow/event', id=flow_id, event=int(e.event_id))}"
-                    f"{_panels.blob_links(payload, flow_id, int(e.event_id))}</details></li>"
+                    f"{value_block(raw, '/ui/flow/event', id=flow_id, event=eid, run=run)}"
+                    f"{_panels.blob_links(payload, flow_id, int(e.event_id), run)}"
+                    f"{_timetravel.previous_run_link(e.type, payload, flow_id)}</details></li>"
                 )
             )
-        nxt = view.history.next_page_token
-        more = link("/ui/flow", "Later events", id=flow_id, after=nxt) if nxt else Safe("")
+        nxt = history.next_page_token
+        more = link("/ui/flow", "Later events", id=flow_id, after=nxt, run=run) if nxt else Safe("")
         return Safe(f"<section id=timeline><h2>History</h2><ol>{join(items)}</ol>{more}</section>")
 
     async def _flow_value(self, request: Request, ctx: Ctx) -> Response:
@@ -562,13 +579,14 @@ class WebUI:
         text = request.query_params.get("event", "")
         if not text.isdigit():
             raise ServiceError("BAD_REQUEST", f"event must be an event number, not {text!r}")
-        found = await self._read(lambda tx: _reads.event_payload(tx, fid, int(text)))
+        run = request.query_params.get("run", "")
+        found = await self._read(lambda tx: _reads.event_payload(tx, fid, int(text), run))
         if found is None:
             return _page("Not found", _notice(f"Flow {fid} has no event #{text}.", error=True), 404)
         blob = request.query_params.get("blob", "")
         back = tag("p", link("/ui/flow", f"Back to Flow {fid}", id=fid))
         if blob:
-            data = await self._read(lambda tx: _reads.event_blob(tx, fid, int(text), blob))
+            data = await self._read(lambda tx: _reads.event_blob(tx, fid, int(text), blob, run))
             if data is None:
                 return _page(
                     "Not found",
@@ -599,6 +617,49 @@ class WebUI:
         return await self._flow(
             _with_query(request, id=fid), ctx, _notice(f"Flow stopped ({kind}).")
         )
+
+    async def _earlier_run(self, request: Request, ctx: Ctx) -> Response:
+        """One run of a Flow ID by its run ID: its summary and history (read-only)."""
+        q = request.query_params
+        fid, run, after = q.get("id", ""), q.get("run", ""), q.get("after", "")
+
+        def read(tx: Any) -> tuple[Any, Any, Any]:
+            flow = _flows.require_flow(tx, fid, run)
+            latest = _flows.require_flow(tx, fid)
+            return flow, latest, _flows.history_page(tx, fid, run, _HISTORY_PAGE, after)
+
+        flow, latest, history = await self._read(read)
+        note = (
+            "This is the latest run."
+            if latest.run_id == flow.run_id
+            else "This is an earlier run, kept read-only; the Flow's latest run is "
+        )
+        summary = Safe(
+            f"<p class=notice id=earlier-run>{h(note)}"
+            f"{link('/ui/flow', latest.run_id, id=fid) if latest.run_id != flow.run_id else ''}"
+            "</p><table class=summary>"
+            f"{_kv('Flow ID', fid)}{_kv('Run ID', flow.run_id)}{_kv('Flow type', flow.flow_type)}"
+            f"<tr><th>Status</th><td>{_status(flow.status, 'flow-status')}</td></tr>"
+            f"<tr><th>Started</th><td>{when(flow.started_at)}</td></tr>"
+            f"<tr><th>Closed</th><td>{when(flow.closed_at)}</td></tr></table>"
+        )
+        return _page(
+            f"Run {flow.run_id} of {fid}", join([summary, self._events(history, fid, run)])
+        )
+
+    async def _time_travel(self, request: Request, ctx: Ctx) -> Response:
+        form: dict[str, str] = request.state.form
+        fid = form.get("id", "")
+        back = _with_query(request, id=fid)
+        try:
+            req = _timetravel.parse_form(form)
+            old = (await self._read(lambda tx: _flows.describe(tx, fid))).run_id
+            new = await self.runtime.time_travel(fid, req)
+        except ServiceError as err:
+            return await self._flow(
+                back, ctx, _notice(f"No time travel: {err.message}", error=True), 400
+            )
+        return await self._flow(back, ctx, _timetravel.made_notice(fid, new, old))
 
     # ---------------------------------------------------------- agent sessions
 
