@@ -417,3 +417,57 @@ async def test_reconcile_needs_a_note(desk: Desk) -> None:
     )
     assert none.code == 3
     assert _error(none)["code"] == "TOOL_CALL_NOT_AWAITING_RECONCILIATION"
+
+
+# --------------------------------------------------------------------------- questions
+
+
+async def test_answer_a_tool_question_resumes_the_call(desk: Desk) -> None:
+    sid = "cli-question"
+    await desk.sessions.start_session(sid, "book a visit please")
+    interrupt = await _wait_approval(desk, sid)
+    shown = await desk.cli("-o", "json", "session", "show", sid)
+    (pending,) = shown.json()["pendingApprovals"]
+    assert pending["kind"] == "question"
+    assert pending["question"]["message"] == "Which day suits the visit?"
+    assert pending["question"]["requestedSchema"]["required"] == ["day"]
+    table = await desk.cli("session", "show", sid)
+    assert "Which day suits the visit? [fields: day]" in table.out
+    assert f"dexcli session answer {sid} {interrupt} --json" in table.out
+
+    both = await desk.cli("session", "answer", sid, interrupt, "--json", "{}", "--decline")
+    assert both.code != 0 and "exactly one of" in both.err
+    bad = await desk.cli("session", "answer", sid, interrupt, "--json", "[1]")
+    assert bad.code != 0 and "JSON object" in bad.err
+    done = await desk.cli(
+        "-o", "json", "session", "answer", sid, interrupt, "--json", '{"day": "2026-12-09"}'
+    )
+    assert done.code == 0, done.err
+    assert done.json() == {
+        "sessionId": sid,
+        "interruptId": interrupt,
+        "answered": True,
+        "answer": {"day": "2026-12-09"},
+    }
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("visit booked at depot on 2026-12-09" in m.text for m in snapshot.messages)
+    again = await desk.cli("-o", "json", "session", "answer", sid, interrupt, "--decline")
+    assert again.code == 3 and _error(again)["code"] == "INTERRUPT_NOT_PENDING"
+
+
+async def test_decline_a_tool_question_and_approve_is_not_an_answer(desk: Desk) -> None:
+    sid = "cli-question-decline"
+    await desk.sessions.start_session(sid, "book a visit soon")
+    interrupt = await _wait_approval(desk, sid)
+    declined = await desk.cli("session", "answer", sid, interrupt, "--decline")
+    assert declined.code == 0, declined.err
+    assert declined.out.strip() == f"{interrupt} declined"
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("no visit booked at depot: the person declined" in m.text for m in snapshot.messages)
+
+    await desk.sessions.start_session("cli-question-not", "refund order 7 please")
+    refund = await _wait_approval(desk, "cli-question-not")
+    wrong = await desk.cli(
+        "-o", "json", "session", "answer", "cli-question-not", refund, "--decline"
+    )
+    assert wrong.code == 3 and "no pending question" in _error(wrong)["message"]

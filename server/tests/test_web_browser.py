@@ -504,3 +504,35 @@ async def test_approve_with_edited_arguments_from_the_inbox(desk: Desk, page: Pa
     await expect(page.get_by_role("status")).to_have_text("Approved with edited arguments.")
     snapshot = await _wait_idle(desk, sid, 1)
     assert any("refunded 11 on order 7" in m.text for m in snapshot.messages)
+
+
+async def test_answer_a_tool_question_from_the_inbox(desk: Desk, page: Page) -> None:
+    sid = "web-ask"
+    await desk.sessions.start_session(sid, "book a visit please")
+    await _wait_approval(desk, sid)
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.question", has_text=sid)
+    await expect(card).to_contain_text("Question from book_visit")
+    await expect(card.locator(".question-message")).to_have_text("Which day suits the visit?")
+    await expect(card.get_by_role("button", name="Approve")).to_have_count(0)
+    await card.get_by_role("button", name="Answer").click()
+    await expect(page.get_by_role("status")).to_contain_text("'day' is required")
+    card = page.locator("section.question", has_text=sid)
+    await card.get_by_label("the visit's date").fill("2026-12-10")
+    await card.get_by_role("button", name="Answer").click()
+    await expect(page.get_by_role("status")).to_have_text("Question answered.")
+    await expect(page.locator("section.approval", has_text=sid)).to_have_count(0)
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("visit booked at depot on 2026-12-10" in m.text for m in snapshot.messages)
+
+
+async def test_decline_a_tool_question_from_the_inbox(desk: Desk, page: Page) -> None:
+    sid = "web-decline-ask"
+    await desk.sessions.start_session(sid, "book a visit soon")
+    await _wait_approval(desk, sid)
+    await page.goto(desk.url + "/ui/approvals")
+    card = page.locator("section.question", has_text=sid)
+    await card.get_by_role("button", name="Decline").click()
+    await expect(page.get_by_role("status")).to_have_text("Question declined.")
+    snapshot = await _wait_idle(desk, sid, 1)
+    assert any("no visit booked at depot: the person declined" in m.text for m in snapshot.messages)

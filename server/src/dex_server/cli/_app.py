@@ -551,6 +551,37 @@ def session_approve(
     )
 
 
+@session_app.command("answer")
+def session_answer(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument()],
+    interrupt_id: Annotated[str, typer.Argument()],
+    answer: Annotated[
+        str | None,
+        typer.Option("--json", help="The answer: a JSON object of the fields the question asks."),
+    ] = None,
+    decline: Annotated[
+        bool, typer.Option("--decline", help="Decline to answer; the tool is told so.")
+    ] = False,
+    rpc_timeout: _RpcTimeout = DEFAULT_RPC_TIMEOUT_S,
+) -> None:
+    """Answer a tool's pending question (an interrupt of kind question, see `session show`)."""
+    st = _state(ctx)
+    from dex_server.cli import _sessions
+
+    _run(
+        _sessions.session_answer(
+            st.conn,
+            st.out,
+            session_id,
+            interrupt_id,
+            answer=answer,
+            decline=decline,
+            rpc_timeout_s=rpc_timeout,
+        )
+    )
+
+
 @session_app.command("reconcile")
 def session_reconcile(
     ctx: typer.Context,

@@ -314,6 +314,23 @@ def _interrupt_json(item: dict[str, Any], calls: dict[str, dict[str, Any]]) -> d
         "effect": call.get("effect"),
         "createdAt": rfc3339(created) if isinstance(created, int | float) else None,
         "deadline": rfc3339(deadline) if isinstance(deadline, int | float) else None,
+        "kind": _kind(item),
+        "question": _question_json(item.get("question")),
+    }
+
+
+def _kind(item: dict[str, Any]) -> str:
+    # an interrupt recorded before questions existed has no kind: it is an approval
+    return str(item.get("kind") or "approval")
+
+
+def _question_json(question: object) -> dict[str, Any] | None:
+    if not isinstance(question, dict):
+        return None
+    return {
+        "message": question.get("message"),
+        "requestedSchema": question.get("requested_schema"),
+        "url": question.get("url"),
     }
 
 
@@ -393,23 +410,31 @@ async def session_show(conn: Connection, out: Printer, session_id: str, *, messa
     if record["pendingApprovals"]:
         out.table(
             "Pending approvals",
-            ["INTERRUPT", "TOOL", "EFFECT", "ARGUMENTS", "DEADLINE (UTC)"],
+            ["INTERRUPT", "KIND", "TOOL", "EFFECT", "ARGUMENTS / QUESTION", "DEADLINE (UTC)"],
             [
                 [
                     str(p["interruptId"]),
+                    p["kind"],
                     str(p["toolName"]),
                     str(p["effect"] or "-"),
-                    _short(p["arguments"]),
+                    _short(_asks(p) if p["question"] else p["arguments"]),
                     human_time(item.get("deadline")) if item.get("deadline") else "-",
                 ]
                 for p, item in zip(record["pendingApprovals"], session.pending, strict=True)
             ],
         )
-        first = record["pendingApprovals"][0]["interruptId"]
-        out.line(
-            f"answer with: dexcli session approve {session_id} {first}"
-            f"  |  dexcli session reject {session_id} {first} --reason TEXT"
-        )
+        first_item = record["pendingApprovals"][0]
+        first = first_item["interruptId"]
+        if first_item["kind"] == "question":
+            out.line(
+                f"answer with: dexcli session answer {session_id} {first} --json '{{...}}'"
+                f"  |  dexcli session answer {session_id} {first} --decline"
+            )
+        else:
+            out.line(
+                f"answer with: dexcli session approve {session_id} {first}"
+                f"  |  dexcli session reject {session_id} {first} --reason TEXT"
+            )
     else:
         out.line("No pending approvals.")
     if session.tool_calls:
@@ -597,6 +622,70 @@ async def session_resolve(
         record["approver"] = approver
     edited = " with edited arguments" if arguments is not None else ""
     _done(out, record, f"{interrupt_id} {verdict}{edited}")
+
+
+def _asks(item: dict[str, Any]) -> str:
+    question = item["question"]
+    schema = question.get("requestedSchema") or {}
+    fields = ", ".join(schema.get("properties") or {}) if isinstance(schema, dict) else ""
+    asks = f"{question.get('message') or ''}"
+    if fields:
+        asks += f" [fields: {fields}]"
+    if question.get("url"):
+        asks += f" (url: {question['url']})"
+    return asks
+
+
+async def session_answer(
+    conn: Connection,
+    out: Printer,
+    session_id: str,
+    interrupt_id: str,
+    *,
+    answer: str | None,
+    decline: bool,
+    rpc_timeout_s: float,
+) -> None:
+    """Answer (or decline) a tool's pending question through ``resolve_interrupt``."""
+    if decline == (answer is not None):
+        raise usage_error("give exactly one of --json ANSWER or --decline; nothing was changed")
+    content: dict[str, Any] | None = None
+    if answer is not None:
+        try:
+            content = json.loads(answer)
+        except ValueError as exc:
+            raise usage_error(f"--json is not valid JSON ({exc}); nothing was changed") from None
+        if not isinstance(content, dict):
+            raise usage_error("--json must be a JSON object; nothing was changed")
+    session = await _live(conn, session_id)
+    questions = [str(p.get("interrupt_id")) for p in session.pending if _kind(p) == "question"]
+    if interrupt_id not in questions:
+        listed = ", ".join(questions) if questions else "none"
+        raise not_found(
+            f"no pending question {interrupt_id!r} in session {session_id!r}"
+            f" (pending questions: {listed}); nothing was changed",
+            code="INTERRUPT_NOT_PENDING",
+        )
+    value = {
+        "interrupt_id": interrupt_id,
+        "approved": not decline,
+        "rejection_message": None,
+        "answer": content,
+    }
+    resolved = await _rpc(conn, session, "resolve_interrupt", value, rpc_timeout_s)
+    if resolved is not True:
+        raise not_found(
+            f"question {interrupt_id!r} is no longer pending (answered meanwhile, or its"
+            " deadline passed); nothing was changed",
+            code="INTERRUPT_NOT_PENDING",
+        )
+    record: dict[str, Any] = {
+        "sessionId": session_id,
+        "interruptId": interrupt_id,
+        "answered": not decline,
+        "answer": content,
+    }
+    _done(out, record, f"{interrupt_id} " + ("declined" if decline else "answered"))
 
 
 def _check_arguments(arguments: str) -> None:

@@ -221,6 +221,10 @@ class Approval:
     created_at: float
     deadline: float | None
     effect: str
+    # "question" when a running tool asks a person for input (``question`` holds the
+    # tool's message, requested_schema and url, as recorded)
+    kind: str = "approval"
+    question: dict[str, Any] | None = None
 
 
 @dataclass
@@ -256,6 +260,8 @@ def approvals(tx: Tx, specs: Specs) -> list[Approval]:
                     created_at=float(item.get("created_at") or 0.0),
                     deadline=item.get("deadline"),
                     effect=str(call.get("effect", "")),
+                    kind=str(item.get("kind") or "approval"),
+                    question=q if isinstance(q := item.get("question"), dict) else None,
                 )
             )
     return sorted(out, key=lambda a: a.created_at)

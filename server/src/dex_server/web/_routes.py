@@ -693,6 +693,9 @@ class WebUI:
         cards = []
         for a in items:
             left = _panels.countdown(a.deadline, now) if a.deadline is not None else "no deadline"
+            if a.kind == "question":
+                cards.append(_question_card(ctx, a, left))
+                continue
             form = ctx.form(
                 "/ui/approvals/resolve",
                 Safe(
@@ -729,6 +732,8 @@ class WebUI:
 
     async def _resolve(self, request: Request, ctx: Ctx) -> Response:
         form: dict[str, str] = request.state.form
+        if form.get("kind") == "question":
+            return await self._answer(request, ctx, form)
         approved = form.get("decision") == "approve"
         reason = form.get("reason", "").strip() or None
         edited = _edited_arguments(form) if approved else None
@@ -764,6 +769,46 @@ class WebUI:
         if edited is not None:
             verdict += " with edited arguments"
         return await self._approvals(request, ctx, _notice(f"{verdict}."))
+
+    async def _answer(self, request: Request, ctx: Ctx, form: dict[str, str]) -> Response:
+        """Answer or decline a tool's question (an interrupt of kind ``question``)."""
+        flow_id, interrupt_id = form.get("id", ""), form.get("interrupt_id", "")
+        specs = self.runtime.specs
+        items: list[_reads.Approval] = await self._read(lambda tx: _reads.approvals(tx, specs))
+        asked = next(
+            (a for a in items if a.flow_id == flow_id and a.interrupt_id == interrupt_id), None
+        )
+        gone = _notice(
+            "That question is no longer pending (already answered, or its deadline passed);"
+            " nothing changed.",
+            error=True,
+        )
+        if asked is None or asked.kind != "question":
+            return await self._approvals(request, ctx, gone, 409)
+        declined = form.get("decision") != "answer"
+        answer: dict[str, Any] | None = None
+        if not declined:
+            parsed = _answer_from(form, (asked.question or {}).get("requested_schema"))
+            if isinstance(parsed, Safe):
+                return await self._approvals(request, ctx, parsed, 400)
+            answer = parsed
+        ok, out = await self._rpc(
+            flow_id,
+            "resolve_interrupt",
+            {
+                "interrupt_id": interrupt_id,
+                "approved": not declined,
+                "rejection_message": None,
+                "answer": answer,
+            },
+        )
+        if not ok:
+            return await self._approvals(request, ctx, _notice(out, error=True), 503)
+        if out is not True:
+            return await self._approvals(request, ctx, gone, 409)
+        return await self._approvals(
+            request, ctx, _notice("Question declined." if declined else "Question answered.")
+        )
 
     async def _session(
         self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
@@ -954,3 +999,100 @@ def _edited_arguments(form: dict[str, str]) -> str | Safe | None:
     if not isinstance(value, dict):
         return _notice("Edited arguments must be a JSON object; nothing changed.", error=True)
     return text
+
+
+_FIELD_TYPES = ("string", "number", "integer", "boolean")
+
+
+def _form_fields(schema: object) -> dict[str, dict[str, Any]] | None:
+    """The question's fields when every one is a primitive (a form can ask them), else None."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return None
+    fields: dict[str, dict[str, Any]] = schema["properties"]
+    ok = all(isinstance(f, dict) and f.get("type") in _FIELD_TYPES for f in fields.values())
+    return fields if ok and fields else None
+
+
+def _question_card(ctx: Ctx, a: _reads.Approval, left: str) -> Safe:
+    """A tool's question: its message, then its fields as a form (or a JSON textarea)."""
+    question = a.question or {}
+    schema = question.get("requested_schema")
+    fields = _form_fields(schema)
+    required = set(schema.get("required") or []) if isinstance(schema, dict) else set()
+    if fields is not None:
+        inputs = []
+        for name, field in fields.items():
+            label = h(field.get("title") or field.get("description") or name)
+            mark = " *" if name in required else ""
+            if field.get("type") == "boolean":
+                control = f'<input type=checkbox name="field.{h(name)}" value=true>'
+            else:
+                kind = "number" if field.get("type") in ("number", "integer") else "text"
+                step = " step=any" if field.get("type") == "number" else ""
+                control = f'<input type={kind}{step} name="field.{h(name)}" size=30>'
+            inputs.append(f"<label>{label}{mark} {control}</label> ")
+        asks = "".join(inputs)
+    else:
+        asks = (
+            "<label>Answer (a JSON object) <textarea name=answer_json rows=3 cols=60>{}"
+            "</textarea></label> "
+        )
+    url = question.get("url")
+    link_to = (
+        f'<p>Open: <a href="{h(url)}" rel="noopener noreferrer">{h(url)}</a></p>'
+        if isinstance(url, str) and url.startswith(("https://", "http://"))
+        else ""
+    )
+    form = ctx.form(
+        "/ui/approvals/resolve",
+        Safe(
+            f'<input type=hidden name=id value="{h(a.flow_id)}">'
+            f'<input type=hidden name=interrupt_id value="{h(a.interrupt_id)}">'
+            "<input type=hidden name=kind value=question>"
+            f"{asks}"
+            "<button type=submit name=decision value=answer>Answer</button> "
+            "<button type=submit name=decision value=decline formnovalidate>Decline</button>"
+        ),
+    )
+    session = link("/ui/session", a.flow_id, id=a.flow_id)
+    return Safe(
+        f'<section class="approval question" data-interrupt="{h(a.interrupt_id)}">'
+        f"<h3>Question from {h(a.tool_name)} <small>in {session}</small></h3>"
+        f"<p class=question-message>{h(question.get('message') or '')}</p>{link_to}"
+        f"<p>Effect: <strong>{h(a.effect or 'unknown')}</strong>"
+        f" · asked {when(a.created_at)} · deadline: {h(left)}</p>"
+        f"{form}</section>"
+    )
+
+
+def _answer_from(form: dict[str, str], schema: object) -> dict[str, Any] | Safe:
+    """The answer a question's form carries, typed by its schema, or an error notice."""
+    fields = _form_fields(schema)
+    if fields is None:
+        try:
+            value = json.loads(form.get("answer_json", "").strip() or "{}")
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            return _notice("The answer must be a JSON object; nothing changed.", error=True)
+        return value
+    required = set(schema.get("required") or []) if isinstance(schema, dict) else set()
+    answer: dict[str, Any] = {}
+    for name, field in fields.items():
+        raw = form.get(f"field.{name}", "").strip()
+        kind = field.get("type")
+        if kind == "boolean":
+            answer[name] = raw == "true"
+            continue
+        if not raw:
+            if name in required:
+                return _notice(f"{name!r} is required; nothing changed.", error=True)
+            continue
+        if kind == "string":
+            answer[name] = raw
+            continue
+        try:
+            answer[name] = int(raw) if kind == "integer" else float(raw)
+        except ValueError:
+            return _notice(f"{name!r} must be a {kind}; nothing changed.", error=True)
+    return answer
