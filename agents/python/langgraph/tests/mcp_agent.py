@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from adapter_checks.mcp import URL_ENV
 from dex_agents import AgentSessionFlow, MCPToolSource
 from langchain.agents import create_agent
 
@@ -16,7 +17,6 @@ from dex_agents_langgraph import (
     ScriptedChatModel,
     source_tools,
 )
-from tests.mcp_support import URL_ENV
 
 FLOW_TYPE = "LangGraphMcp"
 

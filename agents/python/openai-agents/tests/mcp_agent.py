@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from adapter_checks.mcp import URL_ENV
 from agents import Agent
 from dex_agents import AgentSessionFlow, MCPToolSource
 
@@ -16,7 +17,6 @@ from dex_agents_openai_agents import (
     OpenAIAgentsRunner,
     source_tools,
 )
-from tests.mcp_support import URL_ENV
 
 FLOW_TYPE = "OpenAIAgentsMcp"
 

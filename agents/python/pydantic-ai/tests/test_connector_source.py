@@ -14,12 +14,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from adapter_checks.mcp import final_answer, first_event
 from dex_agents import AgentEventType, ToolCallStatus, ToolEffect
 from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot
 from dex_agents.testing._process import ChildProcess
 
 from tests.connector_agent import BASE_URL_ENV, build_flow
-from tests.test_mcp_source import final_answer, first_event
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SERVICE_SCRIPT = PACKAGE_DIR.parent / "core" / "tests" / "connector_service.py"
