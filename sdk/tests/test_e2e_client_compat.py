@@ -15,6 +15,7 @@ from dex import (
     ClientOptions,
     FlowConfig,
     FlowStatus,
+    RetryPolicy,
     StartFlowOptions,
     StepDurability,
     StopFlowOptions,
@@ -99,10 +100,10 @@ async def test_start_flow_refuses_another_instance_of_a_registered_flow(stack: S
 
 async def test_start_options_of_features_not_run_yet_start_nothing(stack: Stack) -> None:
     flow_id = unique_id("not-yet")
-    # the server refuses the start, because it does not run Flow timeouts
-    with pytest.raises(FeatureNotAvailableError, match="Flow timeouts"):
+    # the server refuses the start, because it does not run Flow retry policies
+    with pytest.raises(FeatureNotAvailableError, match="Flow retries"):
         await stack.client.start_flow(
-            SEQUENTIAL, flow_id, 1, StartFlowOptions(timeout=timedelta(minutes=5))
+            SEQUENTIAL, flow_id, 1, StartFlowOptions(retry_policy=RetryPolicy(maximum_attempts=3))
         )
     with pytest.raises(FlowNotFoundError):
         await stack.client.describe_flow(flow_id)
