@@ -439,6 +439,15 @@ async def test_a_continued_run_is_found_and_the_old_one_only_when_asked(rig: Rig
     await rig.client.invoke_rpc(COUNTER.tick, fid, 4)
     await _total(rig, fid, 7)
     assert [r for r, _ in await _found(rig, f"FlowId = '{fid}' AND TtTotal = 7")] == [new]
+    # a fork of the continued run: its state starts from the old run's total (3), and the
+    # re-applied tick runs again in the fork, so it converges on 7 like the run it replaced
+    forked = await rig.client.time_travel(
+        fid, TimeTravelOptions(TimeTravelType.STEP_EXECUTION_ID, step_execution_id="Tick-2")
+    )
+    await _total(rig, fid, 7)
+    found = await _found(rig, f"FlowId = '{fid}' AND TtTotal = 7")
+    assert sorted(r for r, _ in found) == sorted([forked, new])
+    assert await _found(rig, f"FlowId = '{fid}' AND TtTotal = 3") == []
     await rig.client.stop_flow(fid)
 
 
