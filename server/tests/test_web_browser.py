@@ -510,6 +510,11 @@ async def test_answer_a_tool_question_from_the_inbox(desk: Desk, page: Page) -> 
     sid = "web-ask"
     await desk.sessions.start_session(sid, "book a visit please")
     await _wait_approval(desk, sid)
+    # the session list counts it as a question, not as an approval
+    await page.goto(desk.url + "/ui/sessions")
+    row = page.locator("#sessions tr", has_text=sid)
+    await expect(row.locator("td").nth(4)).to_have_text("0")
+    await expect(row.locator("td").nth(5)).to_have_text("1")
     await page.goto(desk.url + "/ui/approvals")
     card = page.locator("section.question", has_text=sid)
     await expect(card).to_contain_text("Question from book_visit")

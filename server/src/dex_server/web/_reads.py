@@ -234,6 +234,7 @@ class SessionSummary:
     turn_count: int
     message_count: int
     approvals: int
+    questions: int = 0
 
 
 def _agent_runs(tx: Tx, specs: Specs, flows: list[FlowRecord]) -> list[FlowRecord]:
@@ -268,7 +269,7 @@ def approvals(tx: Tx, specs: Specs) -> list[Approval]:
 
 
 def sessions(tx: Tx, specs: Specs, limit: int = 200) -> list[SessionSummary]:
-    """The newest agent sessions (any status) with their state and approval counts."""
+    """The newest agent sessions (any status) with their state, approval and question counts."""
     out: list[SessionSummary] = []
     for flow in _agent_runs(
         tx, specs, tx.flows.page(flow_type=None, status=None, limit=limit, before_run_id=None)
@@ -281,7 +282,9 @@ def sessions(tx: Tx, specs: Specs, limit: int = 200) -> list[SessionSummary]:
                 status=str(state.get("status", "starting")),
                 turn_count=int(state.get("turn_count", 0)),
                 message_count=int(state.get("message_count", 0)),
-                approvals=len(pending),
+                # a tool's question waits in the same list, under its own kind
+                approvals=sum(1 for p in pending if (p.get("kind") or "approval") == "approval"),
+                questions=sum(1 for p in pending if (p.get("kind") or "approval") != "approval"),
             )
         )
     return out

@@ -670,14 +670,16 @@ class WebUI:
             Safe(
                 f"<tr><td>{link('/ui/session', s.flow.flow_id, id=s.flow.flow_id)}</td>"
                 f"<td>{h(s.flow.flow_type)}</td><td>{h(s.flow.status)}</td><td>{h(s.status)}</td>"
-                f"<td>{h(s.approvals)}</td><td>{h(s.turn_count)}</td><td>{h(s.message_count)}</td>"
+                f"<td>{h(s.approvals)}</td><td>{h(s.questions)}</td>"
+                f"<td>{h(s.turn_count)}</td><td>{h(s.message_count)}</td>"
                 f"<td>{when(s.flow.started_at)}</td></tr>"
             )
             for s in rows
         )
         table = Safe(
             "<table id=sessions><tr><th>Session</th><th>Flow type</th><th>Flow status</th>"
-            "<th>Session status</th><th>Approvals waiting</th><th>Turns</th><th>Messages</th>"
+            "<th>Session status</th><th>Approvals waiting</th><th>Questions waiting</th>"
+            "<th>Turns</th><th>Messages</th>"
             f"<th>Started</th></tr>{body}</table>"
         )
         return _page(
