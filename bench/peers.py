@@ -125,9 +125,11 @@ def peers_python(venv: Path) -> Path:
     if uv is None:
         raise SetupError("the peers' environment needs uv on PATH (https://docs.astral.sh/uv/)")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"  # same Python as ours
+    base = Path(sys.base_prefix) / "bin" / f"python{version}"
     print(f"setup: creating {venv} (Python {version}) with {', '.join(PYPI_PACKAGES)}")
     if not python.exists():
-        run_quiet([uv, "venv", "--quiet", "--python", version, str(venv)], "uv venv")
+        interpreter = str(base) if base.exists() else version
+        run_quiet([uv, "venv", "--quiet", "--python", interpreter, str(venv)], "uv venv")
     run_quiet(
         [uv, "pip", "install", "--quiet", "--python", str(python), *PYPI_PACKAGES],
         "uv pip install",
@@ -396,6 +398,8 @@ def main() -> None:
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the figures are intervals between steps)")
     plan, peers = prepare(args, select(args.only))
+    if not peers:
+        raise SystemExit("no peer can run on this machine (see the 'skipped:' lines above)")
     contenders = ["ours", *(["ours_pg"] if args.postgres else []), *peers]
     print(f"contenders: {', '.join(contenders)}; {args.rounds} rounds of {args.steps} steps")
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}")
