@@ -2,6 +2,7 @@
 
     uv run python bench/peers.py [--rounds 5] [--steps 300] [--only dbos,langgraph,restate]
                                  [--postgres] [--pg-url URL] [--peers-venv DIR]
+                                 [--count-fsyncs]
 
 The workload is the same everywhere: one workflow runs a sequential chain of ``--steps``
 durable no-op steps, after a warm-up chain of 50 in the same process. The figure is the
@@ -49,6 +50,11 @@ cannot be set up (no ``npm``, no PostgreSQL) is skipped with the reason and repo
         ratio_langgraph=... ratio_restate=... ours_pg_p50_ms=... dbos_pg_vs=ours|ours_pg
 
 (one line; ratio = ours / peer, below 1 means ours is faster).
+
+``--count-fsyncs`` times nothing: it runs every contender once under ``strace -f -c`` and
+prints the ``fsync`` + ``fdatasync`` calls per step of each (warm-up included), the check
+that each one really syncs its store for every step (PostgreSQL contenders: not counted, the
+sync happens in the database server). Last line: ``peers_fsyncs_per_step ours=... ...``.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -250,12 +256,13 @@ class Plan:
     pg_url: str
     python: Path | None
     restate: Path | None
+    wrap: list[str] = field(default_factory=list)  # a command prefix (strace) or nothing
 
     def run(self, name: str, workdir: Path) -> Result:
         workdir.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         if name in ("ours", "ours_pg"):
-            cmd = [sys.executable, str(ROOT / "bench" / "step_overhead.py")]
+            cmd = [*self.wrap, sys.executable, str(ROOT / "bench" / "step_overhead.py")]
             cmd += ["--steps", str(self.steps), "--flows", "0"]
             if name == "ours":
                 return run_child(name, cmd, env, workdir)
@@ -271,13 +278,43 @@ class Plan:
         script = {"dbos_sqlite": "dbos_chain.py", "dbos_pg": "dbos_chain.py"}.get(
             name, f"{name}_chain.py"
         )
-        cmd = [str(self.python), str(PEER_SCRIPTS / script), "--steps", str(self.steps)]
+        cmd = [*self.wrap, str(self.python), str(PEER_SCRIPTS / script)]
+        cmd += ["--steps", str(self.steps)]
         cmd += ["--workdir", str(workdir)]
         if name == "dbos_pg":
             cmd += ["--database-url", self.pg_url]
         if name == "restate":
             env["PEERS_RESTATE_SERVER"] = str(self.restate)
         return run_child(name, cmd, env, workdir)
+
+
+WARMUP_STEPS = 50  # every contender's warm-up chain (step_overhead.py's and _peers' default)
+
+
+def count_fsyncs(plan: Plan, contenders: list[str], workdir: Path) -> None:
+    """Run every contender once under ``strace -c`` and print its fsyncs per step."""
+    strace = shutil.which("strace")
+    if strace is None:
+        raise SystemExit("--count-fsyncs needs strace on PATH (apt-get install strace)")
+    line = []
+    for name in contenders:
+        if name.endswith("_pg"):
+            # PostgreSQL syncs its WAL in its own server process, which strace does not see
+            print(f"{name}: not counted (the fsyncs are the PostgreSQL server's)", flush=True)
+            line.append(f"{name}=n/a")
+            continue
+        counts = workdir / f"{name}.strace"
+        plan.wrap = [strace, "-f", "-qq", "-c", "-e", "trace=fsync,fdatasync", "-o", str(counts)]
+        plan.run(name, workdir / name)
+        calls = 0
+        for row in counts.read_text().splitlines():
+            cells = row.split()
+            if cells and cells[-1] in ("fsync", "fdatasync"):
+                calls += int(cells[3])
+        steps = plan.steps + WARMUP_STEPS
+        print(f"{name}: {calls} fsync/fdatasync calls for {steps} steps", flush=True)
+        line.append(f"{name}={calls / steps:.2f}")
+    print("peers_fsyncs_per_step " + " ".join(line))
 
 
 def base_of(name: str, contenders: list[str]) -> str:
@@ -387,6 +424,11 @@ def main() -> None:
         help="a PostgreSQL database to create the fresh per-run databases from",
     )
     parser.add_argument(
+        "--count-fsyncs",
+        action="store_true",
+        help="instead of timing: run each contender once under strace, count fsyncs per step",
+    )
+    parser.add_argument(
         "--peers-venv",
         type=Path,
         default=ROOT / ".bench-peers",
@@ -401,6 +443,10 @@ def main() -> None:
     if not peers:
         raise SystemExit("no peer can run on this machine (see the 'skipped:' lines above)")
     contenders = ["ours", *(["ours_pg"] if args.postgres else []), *peers]
+    if args.count_fsyncs:
+        with tempfile.TemporaryDirectory(prefix="dex-peers-") as tmp:
+            count_fsyncs(plan, contenders, Path(tmp))
+        return
     print(f"contenders: {', '.join(contenders)}; {args.rounds} rounds of {args.steps} steps")
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}")
     rounds: list[dict[str, Result]] = []
