@@ -415,7 +415,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default=None,
-        help=f"comma-separated peers among {', '.join([*PEERS, *ALIASES])} (default: all)",
+        help=f"comma-separated peers among {', '.join([*PEERS, *ALIASES])} "
+        "(default: all; ours always runs)",
     )
     parser.add_argument("--postgres", action="store_true", help="also run ours on PostgreSQL")
     parser.add_argument(
