@@ -11,7 +11,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from agents import Agent, RunContextWrapper, RunState
+from agents import (
+    Agent,
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    RunContextWrapper,
+    RunState,
+)
 from agents.items import TResponseInputItem
 from dex_agents import AgentMessage, FrameworkMessage, MessageRole
 
@@ -22,15 +28,65 @@ def user_message(text: str) -> FrameworkMessage:
     return FrameworkMessage(role=MessageRole.USER, framework_item=item, text=text)
 
 
+GUARDRAIL_NOTE_TYPE = "dex.guardrail_tripwire"
+"""``type`` of the stored note of a turn a guardrail ended (never sent to the model)."""
+
+
+def guardrail_note(
+    exc: InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered,
+) -> FrameworkMessage:
+    """The assistant message that tells the user a guardrail ended the turn.
+
+    Its text is what a plain run raises (the exception's type and message) with the
+    guardrail's name and ``output_info``; the item records the same as JSON.
+    """
+    result = exc.guardrail_result
+    name = result.guardrail.get_name()
+    kind = "input" if isinstance(exc, InputGuardrailTripwireTriggered) else "output"
+    info = _plain_value(result.output.output_info)
+    detail = "" if info is None else f" ({json.dumps(info, ensure_ascii=False)})"
+    text = (
+        f"{type(exc).__name__}: the {kind} guardrail {name!r} triggered its tripwire{detail}; "
+        "the agent gives no answer to this message."
+    )
+    item = {
+        "type": GUARDRAIL_NOTE_TYPE,
+        "error": type(exc).__name__,
+        "guardrail": name,
+        "kind": kind,
+        "output_info": info,
+    }
+    return FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=item, text=text)
+
+
+def _plain_value(value: object) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json")
+    return json.loads(json.dumps(value, default=str))
+
+
 def input_items(messages: Iterable[AgentMessage]) -> list[TResponseInputItem]:
     """Rebuild the SDK input from stored messages, in sequence order.
+
+    A turn a guardrail ended is left out, its user message included: a plain run raised
+    there, and the conversation went on from the turn before.
 
     Raises:
         ValueError: a stored item is not a JSON object (it was not written by this adapter).
 
     """
+    messages = list(messages)
+    tripped = {
+        message.turn_id
+        for message in messages
+        if isinstance(message.framework_item, Mapping)
+        and message.framework_item.get("type") == GUARDRAIL_NOTE_TYPE
+    }
     items: list[TResponseInputItem] = []
     for message in messages:
+        if message.turn_id in tripped:
+            continue
         item = message.framework_item
         if not isinstance(item, Mapping):
             raise ValueError(
