@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dex_agents import (
     AgentEvent,
     AgentEventType,
@@ -55,6 +56,9 @@ from tests.shape_defs import (
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+# Two Worker kills each; recovery from a kill takes the server several seconds.
+pytestmark = pytest.mark.timeout(300)
 
 
 @asynccontextmanager

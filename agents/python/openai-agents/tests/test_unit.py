@@ -10,7 +10,17 @@ from typing import Any
 
 import msgspec
 import pytest
-from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, function_tool, handoff
+from agents import (
+    Agent,
+    FunctionTool,
+    GuardrailFunctionOutput,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    function_tool,
+    handoff,
+    output_guardrail,
+)
 from agents.tool_context import ToolContext
 from dex_agents import (
     AgentEvent,
@@ -40,7 +50,7 @@ from dex_agents_openai_agents import (
     framework_effect,
 )
 from dex_agents_openai_agents._guard import CallBudget
-from dex_agents_openai_agents._items import framework_messages
+from dex_agents_openai_agents._items import framework_messages, input_items
 from dex_agents_openai_agents._policies import resolve_policy
 
 
@@ -348,3 +358,55 @@ async def test_a_handoff_continues_the_turn_and_the_next_turn_starts_with_the_la
         assert outcome.new_messages[-1].text == "billing answers turn 2"
     else:
         assert isinstance(outcome, ContinueTurn)
+
+
+async def test_an_output_guardrail_after_tools_keeps_a_note_of_the_calls_that_ran() -> None:
+    def script(request: FakeModelRequest) -> FakeResponse | str:
+        if request.call_index == 0:
+            return FakeResponse(tool_calls=[FakeToolCall(name="ping", arguments={"host": "a"})])
+        return "secret answer"
+
+    @output_guardrail
+    async def no_secrets(
+        _ctx: RunContextWrapper[Any], _agent: Agent[Any], output: str
+    ) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info="secret", tripwire_triggered="secret" in output)
+
+    agent = Agent(name="pinger", model=FakeModel(script), tools=[ping])
+    agent.output_guardrails = [no_secrets]
+    runner = OpenAIAgentsRunner(agent)
+    base = turn(AgentSessionOptions(), [])
+    user = runner.build_user_message("ping a")
+    context = replace(base, messages=stored([user.framework_item], ["turn-1"]))
+    first = await runner.run_model_step(context)
+    assert isinstance(first, ToolCallsRequested)
+    record = AgentToolCall(
+        tool_call_id="call_1_0_0",
+        turn_id="turn-1",
+        tool_name="ping",
+        arguments='{"host":"a"}',
+        effect=ToolEffect.UNCLASSIFIED,
+        requires_approval=True,
+        deferral_order=0,
+        status=ToolCallStatus.SUCCEEDED,
+        idempotency_key="f/turn-1/call_1_0_0",
+        output="pong from a",
+    )
+    resumed = replace(
+        context, framework_run_state=first.framework_run_state, tool_calls={"call_1_0_0": record}
+    )
+    done = await runner.run_model_step(resumed)
+    assert isinstance(done, TurnCompleted)
+    [note] = done.new_messages
+    assert note.text.startswith("OutputGuardrailTripwireTriggered: the output guardrail")
+    # The blocked answer is not stored, but the model later learns the ping ran.
+    items = [user.framework_item, note.framework_item]
+    later = input_items(stored(items, ["turn-1", "turn-1"]))
+    assert later == [
+        {
+            "role": "user",
+            "content": "[Dex] The previous turn failed after these tool calls ran:\n"
+            '- ping {"host":"a"} -> succeeded: pong from a\n'
+            "Do not repeat these tool calls unless the user asks again.",
+        }
+    ]

@@ -19,7 +19,13 @@ from agents import (
     RunState,
 )
 from agents.items import TResponseInputItem
-from dex_agents import AgentMessage, FrameworkMessage, MessageRole
+from dex_agents import (
+    AgentMessage,
+    AgentToolCall,
+    FrameworkMessage,
+    MessageRole,
+    build_turn_failure_note,
+)
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -34,11 +40,15 @@ GUARDRAIL_NOTE_TYPE = "dex.guardrail_tripwire"
 
 def guardrail_note(
     exc: InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered,
+    records: Iterable[AgentToolCall] = (),
 ) -> FrameworkMessage:
     """The assistant message that tells the user a guardrail ended the turn.
 
     Its text is what a plain run raises (the exception's type and message) with the
-    guardrail's name and ``output_info``; the item records the same as JSON.
+    guardrail's name and ``output_info``; the item records the same as JSON. When tool
+    calls of the turn already ran (an output guardrail after tools), the item also holds
+    the session's turn-failure note for them, the one thing of the turn the model sees
+    later, so it does not repeat a write.
     """
     result = exc.guardrail_result
     name = result.guardrail.get_name()
@@ -55,8 +65,16 @@ def guardrail_note(
         "guardrail": name,
         "kind": kind,
         "output_info": info,
+        "model_note": build_turn_failure_note(records) or None,
     }
     return FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=item, text=text)
+
+
+def _model_note(item: object) -> str | None:
+    if not isinstance(item, Mapping) or item.get("type") != GUARDRAIL_NOTE_TYPE:
+        return None
+    note = item.get("model_note")
+    return note if isinstance(note, str) and note else None
 
 
 def _plain_value(value: object) -> Any:
@@ -70,7 +88,8 @@ def input_items(messages: Iterable[AgentMessage]) -> list[TResponseInputItem]:
     """Rebuild the SDK input from stored messages, in sequence order.
 
     A turn a guardrail ended is left out, its user message included: a plain run raised
-    there, and the conversation went on from the turn before.
+    there, and the conversation went on from the turn before. Only its note of tool calls
+    that already ran, if any, stays (as a user message).
 
     Raises:
         ValueError: a stored item is not a JSON object (it was not written by this adapter).
@@ -86,6 +105,9 @@ def input_items(messages: Iterable[AgentMessage]) -> list[TResponseInputItem]:
     items: list[TResponseInputItem] = []
     for message in messages:
         if message.turn_id in tripped:
+            note = _model_note(message.framework_item)
+            if note is not None:
+                items.append({"role": "user", "content": note})
             continue
         item = message.framework_item
         if not isinstance(item, Mapping):

@@ -208,7 +208,8 @@ class OpenAIAgentsRunner:
         try:
             await forward_deltas(result, turn.events, stop_at_handoff)
         except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as exc:
-            return TurnCompleted(new_messages=[guardrail_note(exc)], usage=budget.usage())
+            note = guardrail_note(exc, turn.tool_calls.values())
+            return TurnCompleted(new_messages=[note], usage=budget.usage())
         usage = budget.usage()
         all_tools = [tool for member_tools in tools.values() for tool in member_tools]
         if result.interruptions:
@@ -243,9 +244,7 @@ class OpenAIAgentsRunner:
         record = call.tool_call
         context = self._new_context()
         tools = await self._tools_by_agent(context)
-        tool = _by_name([t for member_tools in tools.values() for t in member_tools]).get(
-            record.tool_name
-        )
+        owner, tool = _owner_of(record.tool_name, tools)
         if tool is None:
             raise ToolExecutionError(f"unknown tool {record.tool_name!r}")
         tool_context = ToolContext(
@@ -253,7 +252,7 @@ class OpenAIAgentsRunner:
             tool_name=record.tool_name,
             tool_call_id=record.tool_call_id,
             tool_arguments=record.arguments,
-            agent=self.agent,
+            agent=self._by_agent_name.get(owner, self.agent),
             run_config=self.run_config,
         )
         runnable = copy.copy(tool)
@@ -337,6 +336,15 @@ class OpenAIAgentsRunner:
         return DeferredToolCall(
             tool_call_id=call_id, tool_name=name, arguments=arguments, policy=policy
         )
+
+
+def _owner_of(name: str, tools: Mapping[str, list[Tool]]) -> tuple[str, FunctionTool | None]:
+    """The first agent (by name) with a function tool called ``name``, and that tool."""
+    for agent_name, member_tools in tools.items():
+        found = _by_name(member_tools).get(name)
+        if found is not None:
+            return agent_name, found
+    return "", None
 
 
 def _check_deferrable(tool: Tool) -> None:
