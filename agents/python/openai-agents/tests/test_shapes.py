@@ -280,6 +280,11 @@ async def test_needs_approval_adds_and_waives_approvals_across_kills(tmp_path: P
             "Refund desk/turn-2/call-1",
         ]
         assert len(await run_model_steps(stack, "a1")) == 4
+        history = await stack.read_step_history("a1")
+        executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
+        assert executed.count("CallSingleAttemptTool") == 2  # the two refunds
+        assert executed.count("CallTool") == 1  # the note, an idempotent write
+        assert executed.count("AwaitToolApproval") == 2  # the note and the $219 refund
         await check_against_control(stack, sessions, APPROVALS, "a1", state_dir, tmp_path)
 
 
