@@ -197,12 +197,16 @@ async def test_triage_handoffs_across_a_pending_approval_and_a_model_call_kill(
 ) -> None:
     # The quickstart's triage agent with handoffs=[billing, faq]; billing reads the order
     # and issues a needs_approval=True refund; turn 2 starts with the billing agent.
-    gate = gate_name("Billing agent", 2, 0)
-    async with shape_stack(tmp_path, TRIAGE, [gate]) as (stack, sessions, state_dir):
+    handed = gate_name("Billing agent", 1, 1)  # the first call after the handoff
+    later = gate_name("Billing agent", 2, 0)
+    async with shape_stack(tmp_path, TRIAGE, [handed, later]) as (stack, sessions, state_dir):
         log = InvocationLog(state_dir / "calls.log")
         desk = ShapeDesk(TRIAGE, state_dir)
         worker = await stack.start_worker()
         await sessions.start_session("t1", PROMPTS[TRIAGE][0])
+        # SIGKILL inside the billing agent's call: the triage agent's Step, which made
+        # the handoff, is not repeated.
+        worker = await kill_inside(stack, state_dir, handed, worker)
         interrupt = await pending_approval(sessions, "t1", "issue_refund", settled=["lookup_order"])
         worker.kill()  # SIGKILL while the approval is pending
         worker = await stack.start_worker()
@@ -212,7 +216,7 @@ async def test_triage_handoffs_across_a_pending_approval_and_a_model_call_kill(
         assert first.state is not None and first.state.last_turn_error is None
 
         assert await sessions.send_user_message("t1", PROMPTS[TRIAGE][1])
-        await kill_inside(stack, state_dir, gate, worker)  # SIGKILL inside turn 2's call
+        await kill_inside(stack, state_dir, later, worker)  # SIGKILL inside turn 2's call
         await wait_for_turns(sessions, "t1", 2)
 
         assert desk.refunds() == ["1042:249"]
@@ -222,6 +226,7 @@ async def test_triage_handoffs_across_a_pending_approval_and_a_model_call_kill(
         # and turn 2 went straight to the billing agent (the turn's last_agent).
         assert log.keys(MODEL_KIND) == [
             "Triage agent/turn-1/call-0",
+            "Billing agent/turn-1/call-1",
             "Billing agent/turn-1/call-1",
             "Billing agent/turn-1/call-2",
             "Billing agent/turn-2/call-0",
