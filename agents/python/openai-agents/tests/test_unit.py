@@ -410,3 +410,58 @@ async def test_an_output_guardrail_after_tools_keeps_a_note_of_the_calls_that_ra
             "Do not repeat these tool calls unless the user asks again.",
         }
     ]
+
+
+async def test_a_handoff_after_tool_calls_continues_from_the_resumed_state() -> None:
+    calls: list[str] = []
+
+    def triage(request: FakeModelRequest) -> FakeResponse:
+        calls.append(f"triage-{request.call_index}")
+        if request.call_index == 0:
+            return FakeResponse(tool_calls=[FakeToolCall(name="ping", arguments={"host": "a"})])
+        return FakeResponse(tool_calls=[FakeToolCall(name="transfer_to_billing")])
+
+    def billing(request: FakeModelRequest) -> str:
+        calls.append(f"billing-{request.call_index}")
+        return "billing here"
+
+    desk = Agent(name="billing", model=FakeModel(billing))
+    runner = OpenAIAgentsRunner(
+        Agent(name="triage", model=FakeModel(triage), tools=[ping], handoffs=[desk])
+    )
+    user = runner.build_user_message("hi")
+    context = replace(
+        turn(AgentSessionOptions(), []), messages=stored([user.framework_item], ["turn-1"])
+    )
+    first = await runner.run_model_step(context)
+    assert isinstance(first, ToolCallsRequested)
+    record = AgentToolCall(
+        tool_call_id="call_1_0_0",
+        turn_id="turn-1",
+        tool_name="ping",
+        arguments='{"host":"a"}',
+        effect=ToolEffect.READ,
+        requires_approval=False,
+        deferral_order=0,
+        status=ToolCallStatus.SUCCEEDED,
+        idempotency_key="f/turn-1/call_1_0_0",
+        output="pong from a",
+    )
+    resumed = replace(context, tool_calls={"call_1_0_0": record})
+    handed = await runner.run_model_step(
+        replace(resumed, framework_run_state=first.framework_run_state)
+    )
+    assert isinstance(handed, ContinueTurn) and handed.reason == "handoff"
+    assert calls == ["triage-0", "triage-1"]
+    done = await runner.run_model_step(
+        replace(resumed, framework_run_state=handed.framework_run_state)
+    )
+    assert isinstance(done, TurnCompleted)
+    assert calls == ["triage-0", "triage-1", "billing-2"]
+    assert [m.text for m in done.new_messages] == [
+        'ping({"host":"a"})',
+        "pong from a",
+        "transfer_to_billing({})",
+        '{"assistant": "billing"}',
+        "billing here",
+    ]
