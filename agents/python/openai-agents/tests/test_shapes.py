@@ -56,6 +56,8 @@ from tests.shape_defs import (
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Generous: a Worker kill is noticed by the server within seconds, more on a loaded machine.
+PATIENCE_S = 120.0
 
 # Two Worker kills each; recovery from a kill takes the server several seconds.
 pytestmark = pytest.mark.timeout(300)
@@ -85,7 +87,7 @@ async def wait_for_turns(
         return snapshot
 
     return await wait_for_agent_snapshot(
-        sessions, session_id, done, description=f"{count} turn(s)", timeout=60
+        sessions, session_id, done, description=f"{count} turn(s)", timeout=PATIENCE_S
     )
 
 
@@ -103,7 +105,7 @@ async def pending_approval(
         return interrupt
 
     return await wait_for_agent_snapshot(
-        sessions, session_id, probe, description=f"the {tool_name} approval", timeout=60
+        sessions, session_id, probe, description=f"the {tool_name} approval", timeout=PATIENCE_S
     )
 
 
@@ -112,7 +114,7 @@ async def kill_inside(
 ) -> WorkerHandle:
     """SIGKILL the Worker once it is inside the gated model call; start another."""
     file_gate = FileGate(state_dir, gate)
-    await file_gate.wait_until_reached()
+    await file_gate.wait_until_reached(timeout=PATIENCE_S)
     worker.kill()
     file_gate.release()
     return await stack.start_worker()
@@ -123,7 +125,7 @@ async def events_of(
 ) -> list[AgentEvent]:
     """The session's retained events, oldest first, through its ``turns``-th completed turn."""
     events: list[AgentEvent] = []
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(PATIENCE_S):
         async for event in sessions.follow_events(session_id):
             events.append(event)
             if sum(e.type is AgentEventType.TURN_COMPLETED for e in events) == turns:
