@@ -47,6 +47,7 @@ POLICIES = {
     "add_note": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "issue_refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),  # needs approval
     "check_stock": ToolPolicy(ToolEffect.READ),
+    "track_parcel": ToolPolicy(ToolEffect.READ),
 }
 
 
@@ -59,7 +60,7 @@ def model_key(request: FakeModelRequest) -> str:
 
 
 def build_tools(state_dir: Path, gates: set[str]) -> list[FunctionTool]:
-    """The three support-desk tools, plus two that fail; each call is logged."""
+    """The three support-desk tools, plus three that fail; each call is logged."""
     log = InvocationLog(state_dir / "calls.log")
 
     async def enter(name: str) -> str:
@@ -76,7 +77,8 @@ def build_tools(state_dir: Path, gates: set[str]) -> list[FunctionTool]:
         await enter("lookup_order")
         return {"order_id": order_id, "status": "shipped", "total": 42}
 
-    @function_tool
+    # failure_error_function=None: an exception fails the Step, so the effect's retries apply.
+    @function_tool(failure_error_function=None)
     async def add_note(order_id: int, note: str) -> str:
         """Add a note to an order's ticket (stored once per idempotency key)."""
         key = await enter("add_note")
@@ -96,7 +98,13 @@ def build_tools(state_dir: Path, gates: set[str]) -> list[FunctionTool]:
         await enter("check_stock")
         raise ToolExecutionError(f"the inventory service does not know {item!r}")
 
-    return [lookup_order, add_note, issue_refund, check_stock]
+    @function_tool
+    async def track_parcel(order_id: int) -> str:
+        """Track the parcel of an order (the SDK's default error handling)."""
+        await enter("track_parcel")
+        raise RuntimeError(f"the carrier does not answer for order {order_id}")
+
+    return [lookup_order, add_note, issue_refund, check_stock, track_parcel]
 
 
 def route(request: FakeModelRequest) -> FakeResponse | str:
@@ -120,6 +128,8 @@ def route(request: FakeModelRequest) -> FakeResponse | str:
         calls.append(FakeToolCall(name="add_note", arguments={"order_id": 7, "note": note}))
     if "refund" in text:
         calls.append(FakeToolCall(name="issue_refund", arguments={"order_id": 7, "amount": 30}))
+    if "track" in text:
+        calls.append(FakeToolCall(name="track_parcel", arguments={"order_id": 7}))
     if "stock" in text:
         calls.append(FakeToolCall(name="check_stock", arguments={"item": "kettle"}))
     if not calls:

@@ -83,3 +83,23 @@ async def test_a_tool_execution_error_is_a_failed_call_the_model_sees(
         history = await s.stack.read_step_history("stock-1")
         calls = [e for e in history if e.step_type == "CallTool"]
         assert [e.final_attempt for e in calls] == [1]
+
+
+async def test_an_error_the_sdk_handles_is_a_failed_call_that_runs_once(
+    scenario: ScenarioFactory,
+) -> None:
+    async with scenario("desk") as s:
+        await s.stack.start_worker()
+        # A read whose tool raises under the SDK's default failure_error_function: the
+        # plain SDK runs it once and shows the model its error text; so does the session.
+        await s.sessions.start_session("track-1", "track the parcel please")
+        snapshot = await wait_idle(s.sessions, "track-1", turns=1)
+        assert s.log.count(tool_kind("track_parcel")) == 1
+        [record] = [m for m in snapshot.messages if m.role is MessageRole.TOOL]
+        assert record.text == (
+            "The tool call failed: An error occurred while running the tool. Please try again."
+        )
+        history = await s.stack.read_step_history("track-1")
+        calls = [e for e in history if e.step_type == "CallTool"]
+        assert [e.final_attempt for e in calls] == [1]
+        assert "RecordToolFailure" not in {e.step_type for e in history}

@@ -15,8 +15,9 @@ from openai.types.responses import ResponseCompletedEvent, ResponseUsage
 class SecondModelCallError(RuntimeError):
     """The SDK tried a second model call within one RunModel step.
 
-    This happens with handoffs or other SDK features that loop without a tool call;
-    the attempt fails instead of making calls a retry would repeat unseen.
+    The adapter stops each step after its model call (before tools, and at a handoff),
+    so this is a fail-safe against SDK features that loop on their own; the attempt fails
+    instead of making calls a retry would repeat unseen.
     """
 
 
@@ -32,8 +33,9 @@ class CallBudget:
         # A provider-level retry of a call that never finished is still the same call.
         if self.finished:
             raise SecondModelCallError(
-                "the SDK started a second model call in one RunModel step; handoffs and "
-                "other multi-call features are not supported by this adapter"
+                "the SDK started a second model call in one RunModel step; the adapter "
+                "stops at tool calls and handoffs, so this SDK feature loops on its own "
+                "and is not supported"
             )
         self.calls += 1
 
@@ -93,15 +95,15 @@ class _GuardedProvider(ModelProvider):
         return OneCallModel(self.inner.get_model(model_name), self.budget)
 
 
-def guarded_run_config(
-    run_config: RunConfig, agent_model: str | Model | None, budget: CallBudget
-) -> RunConfig:
-    """Return ``run_config`` with whatever model the SDK will use wrapped in the guard."""
+def guarded_run_config(run_config: RunConfig, budget: CallBudget) -> RunConfig:
+    """Return ``run_config`` with whatever model the SDK will use wrapped in the guard.
+
+    A model instance on an agent is wrapped on that agent's per-step copy
+    (:meth:`CallBudget.guard_model`); a model name, on the run config or on an agent, is
+    resolved through the provider, which is wrapped here.
+    """
     if isinstance(run_config.model, Model):
         return dataclasses.replace(run_config, model=OneCallModel(run_config.model, budget))
-    if run_config.model is None and isinstance(agent_model, Model):
-        return run_config  # the agent's own model instance is wrapped on the agent copy
-    # A model name: resolved through the provider, so wrap the provider.
     return dataclasses.replace(
         run_config, model_provider=_GuardedProvider(run_config.model_provider, budget)
     )

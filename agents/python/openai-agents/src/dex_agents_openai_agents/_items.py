@@ -11,9 +11,21 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from agents import Agent, RunContextWrapper, RunState
+from agents import (
+    Agent,
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    RunContextWrapper,
+    RunState,
+)
 from agents.items import TResponseInputItem
-from dex_agents import AgentMessage, FrameworkMessage, MessageRole
+from dex_agents import (
+    AgentMessage,
+    AgentToolCall,
+    FrameworkMessage,
+    MessageRole,
+    build_turn_failure_note,
+)
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -22,15 +34,81 @@ def user_message(text: str) -> FrameworkMessage:
     return FrameworkMessage(role=MessageRole.USER, framework_item=item, text=text)
 
 
+GUARDRAIL_NOTE_TYPE = "dex.guardrail_tripwire"
+"""``type`` of the stored note of a turn a guardrail ended (never sent to the model)."""
+
+
+def guardrail_note(
+    exc: InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered,
+    records: Iterable[AgentToolCall] = (),
+) -> FrameworkMessage:
+    """The assistant message that tells the user a guardrail ended the turn.
+
+    Its text is what a plain run raises (the exception's type and message) with the
+    guardrail's name and ``output_info``; the item records the same as JSON. When tool
+    calls of the turn already ran (an output guardrail after tools), the item also holds
+    the session's turn-failure note for them, the one thing of the turn the model sees
+    later, so it does not repeat a write.
+    """
+    result = exc.guardrail_result
+    name = result.guardrail.get_name()
+    kind = "input" if isinstance(exc, InputGuardrailTripwireTriggered) else "output"
+    info = _plain_value(result.output.output_info)
+    detail = "" if info is None else f" ({json.dumps(info, ensure_ascii=False)})"
+    text = (
+        f"{type(exc).__name__}: the {kind} guardrail {name!r} triggered its tripwire{detail}; "
+        "the agent gives no answer to this message."
+    )
+    item = {
+        "type": GUARDRAIL_NOTE_TYPE,
+        "error": type(exc).__name__,
+        "guardrail": name,
+        "kind": kind,
+        "output_info": info,
+        "model_note": build_turn_failure_note(records) or None,
+    }
+    return FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=item, text=text)
+
+
+def _model_note(item: object) -> str | None:
+    if not isinstance(item, Mapping) or item.get("type") != GUARDRAIL_NOTE_TYPE:
+        return None
+    note = item.get("model_note")
+    return note if isinstance(note, str) and note else None
+
+
+def _plain_value(value: object) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json")
+    return json.loads(json.dumps(value, default=str))
+
+
 def input_items(messages: Iterable[AgentMessage]) -> list[TResponseInputItem]:
     """Rebuild the SDK input from stored messages, in sequence order.
+
+    A turn a guardrail ended is left out, its user message included: a plain run raised
+    there, and the conversation went on from the turn before. Only its note of tool calls
+    that already ran, if any, stays (as a user message).
 
     Raises:
         ValueError: a stored item is not a JSON object (it was not written by this adapter).
 
     """
+    messages = list(messages)
+    tripped = {
+        message.turn_id
+        for message in messages
+        if isinstance(message.framework_item, Mapping)
+        and message.framework_item.get("type") == GUARDRAIL_NOTE_TYPE
+    }
     items: list[TResponseInputItem] = []
     for message in messages:
+        if message.turn_id in tripped:
+            note = _model_note(message.framework_item)
+            if note is not None:
+                items.append({"role": "user", "content": note})
+            continue
         item = message.framework_item
         if not isinstance(item, Mapping):
             raise ValueError(

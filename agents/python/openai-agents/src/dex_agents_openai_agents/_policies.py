@@ -48,25 +48,28 @@ async def resolve_policy(
 ) -> ToolPolicy:
     """Return a call's policy: explicit policy, else the tool's metadata, else the default.
 
-    The SDK's own ``needs_approval`` (a bool, or a function of the call) also makes a call
-    need approval, unless an explicit ``tool_policies`` entry decides it.
+    The tool's own ``needs_approval`` is the framework's decision for the call:
+    ``needs_approval=True``, or a function that returns True, adds an approval to any
+    policy; a function that returns False removes the effect's default approval where the
+    policy lets it (no explicit policy, or one with ``framework_may_waive_approval=True``).
+    ``needs_approval=False`` is the SDK's default for every tool, so it decides nothing.
     """
-    policy = turn.resolve_tool_policy(tool_name, framework_effect(tool))
-    if tool is None or tool_name in turn.options.tool_policies:
-        return policy
-    if await _needs_approval(tool, arguments, call_id, context):
-        return ToolPolicy(policy.effect, requires_approval=True)
-    return policy
+    decision = await _needs_approval(tool, arguments, call_id, context) if tool else None
+    return turn.resolve_tool_policy(
+        tool_name, framework_effect(tool), framework_requires_approval=decision
+    )
 
 
-async def _needs_approval(tool: FunctionTool, arguments: str, call_id: str, context: Any) -> bool:
+async def _needs_approval(
+    tool: FunctionTool, arguments: str, call_id: str, context: Any
+) -> bool | None:
     flag = tool.needs_approval
     if isinstance(flag, bool):
-        return flag
+        return True if flag else None
     try:
         parsed = json.loads(arguments) if arguments else {}
     except ValueError:
-        return True
+        return True  # arguments the function cannot read: a person decides
     decision: object = flag(RunContextWrapper(context=context), parsed, call_id)
     if inspect.isawaitable(decision):
         decision = await decision

@@ -5,25 +5,28 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 from agents import (
     Agent,
     FunctionTool,
+    InputGuardrailTripwireTriggered,
     ModelBehaviorError,
+    OutputGuardrailTripwireTriggered,
     RunConfig,
     RunContextWrapper,
     Runner,
     Tool,
     ToolApprovalItem,
 )
+from agents.items import TResponseInputItem
 from agents.tool import (
     CodeInterpreterTool,
     FileSearchTool,
     HostedMCPTool,
     ImageGenerationTool,
     WebSearchTool,
-    default_tool_error_function,
+    maybe_invoke_function_tool_failure_error_function,
     resolve_function_tool_failure_error_function,
     set_function_tool_failure_error_function,
 )
@@ -32,6 +35,7 @@ from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
+    ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
@@ -39,15 +43,18 @@ from dex_agents import (
     ToolCallStatus,
     ToolExecutionError,
     ToolExecutionResult,
+    ToolInputRequired,
     TurnCompleted,
     describe_tool_call_outcome,
 )
 
+from dex_agents_openai_agents._graph import agent_after, agent_graph, check_handoffs, clone_graph
 from dex_agents_openai_agents._guard import CallBudget, guarded_run_config
 from dex_agents_openai_agents._items import (
     decode_run_state,
     encode_run_state,
     framework_messages,
+    guardrail_note,
     input_items,
     user_message,
 )
@@ -56,6 +63,10 @@ from dex_agents_openai_agents._streaming import forward_deltas
 
 DEFAULT_MAX_TURNS = 10_000
 """The SDK's ``max_turns`` for each step: Dex owns the loop, so the SDK's cap is out of the way."""
+
+# Raised by a tool for the session itself: the SDK's error handling must not turn them
+# into model-visible text.
+_PASSED_THROUGH = (ToolExecutionError, ToolInputRequired)
 
 _HOSTED_TOOLS = (
     WebSearchTool,
@@ -74,23 +85,35 @@ class OpenAIAgentsRunner:
         runner = OpenAIAgentsRunner(agent)
         flow = AgentSessionFlow(runner, flow_type="SupportDesk", options=...)
 
-    Prompts, tools, model and model settings stay the agent's own. Each RunModel Step
-    runs the SDK's ``Runner.run_streamed`` for exactly one model call: every function tool
-    is marked as needing approval in a per-step copy of the agent, so the SDK stops with
-    its interruptions instead of running tools; the adapter returns them as deferred
-    calls and the serialized ``RunState`` as run state. After the tool Steps, the state is
-    restored, every call is approved (its copy then returns the recorded result instead
-    of running the tool) or rejected natively with the rejection text, and the SDK makes
-    the next model call. A second model call in one step fails the attempt.
+    Prompts, tools, handoffs, guardrails, model and model settings stay the agent's own.
+    Each RunModel Step runs the SDK's ``Runner.run_streamed`` for exactly one model call:
+    every function tool is marked as needing approval in a per-step copy of the agents, so
+    the SDK stops with its interruptions instead of running tools; the adapter returns
+    them as deferred calls and the serialized ``RunState`` as run state. After the tool
+    Steps, the state is restored, every call is approved (its copy then returns the
+    recorded result instead of running the tool) or rejected natively with the rejection
+    text, and the SDK makes the next model call. A second model call in one step fails
+    the attempt.
+
+    Handoffs: the run stops at the handoff, before the receiving agent's model call, and
+    continues in the next RunModel Step of the same turn from the run state, which names
+    the active agent. A new turn starts with the agent the previous turn ended with (the
+    SDK's ``result.last_agent``), or with ``agent`` when ``start_turns_with`` is
+    ``"starting_agent"``.
+
+    Guardrails: an input or output guardrail tripwire ends the turn at once, without a
+    retry, with an assistant message naming the guardrail (what a plain run raises); the
+    model does not see that turn again.
 
     Function tools (``@function_tool`` and tools from MCP servers) are deferred: each call
     is its own Step. Hosted tools (web search, file search, code interpreter, image
-    generation, hosted MCP) run at OpenAI during the model call, so a RunModel retry may
-    run them again (at-least-once).
+    generation, hosted MCP), input and output guardrails and ``on_handoff`` callbacks run
+    inside the model Step, so a RunModel retry may run them again (at-least-once).
 
     Args:
-        agent: the user's agent. Its name and tools must stay the same while a session
-            waits for tool calls (the run state names them).
+        agent: the user's agent, the first agent of a session. Its name, tools and
+            handoffs (and those of every agent it hands off to) must stay the same while a
+            session waits for tool calls (the run state names them).
         run_config: the SDK ``RunConfig`` for every step (model provider, model override,
             model settings); default ``RunConfig(tracing_disabled=True)``. A config you
             pass is used as is (set ``tracing_disabled`` there as you need).
@@ -99,11 +122,16 @@ class OpenAIAgentsRunner:
             Worker, so it may open clients; a mapping context is stored in the run state
             (the SDK serializes it), any other object is left out.
         max_turns: the SDK's ``max_turns`` per step (default 10,000).
+        start_turns_with: ``"last_agent"`` (default) starts each turn with the agent the
+            previous turn ended with, as the SDK's docs do with ``result.last_agent``;
+            ``"starting_agent"`` starts every turn with ``agent``.
 
     Raises:
-        ValueError: the agent has handoffs, or local tools the SDK runs with its own
-            executors (shell, computer, apply-patch, custom tools), which cannot be
-            deferred.
+        ValueError: local tools the SDK runs with its own executors (shell, computer,
+            apply-patch, custom tools), which cannot be deferred; handoffs with an
+            ``input_filter`` or ``nest_handoff_history`` (they rewrite the stored
+            conversation); two agents with one name, or one tool name for two different
+            tools; an unknown ``start_turns_with``.
 
     Concurrency: stateless between calls; ``execute_deferred_tool_call`` may run
     concurrently with itself, so tools must be safe to run concurrently.
@@ -117,18 +145,25 @@ class OpenAIAgentsRunner:
         run_config: RunConfig | None = None,
         context_factory: Callable[[], Any] | None = None,
         max_turns: int = DEFAULT_MAX_TURNS,
+        start_turns_with: Literal["last_agent", "starting_agent"] = "last_agent",
     ) -> None:
-        if agent.handoffs:
+        if start_turns_with not in ("last_agent", "starting_agent"):
             raise ValueError(
-                f"agent {agent.name!r} has handoffs: a handoff makes several model calls in "
-                "one step; run each agent as its own session or call it as a tool instead"
+                f"start_turns_with must be 'last_agent' or 'starting_agent', "
+                f"got {start_turns_with!r}"
             )
-        for tool in agent.tools:
-            _check_deferrable(tool)
         self.agent = agent
         self.run_config = run_config if run_config is not None else RunConfig(tracing_disabled=True)
         self.context_factory = context_factory
         self.max_turns = max_turns
+        self.start_turns_with = start_turns_with
+        self._agents = agent_graph(agent)
+        self._by_agent_name = {member.name: member for member in self._agents}
+        check_handoffs(self._agents, self.run_config)
+        for member in self._agents:
+            for tool in member.tools:
+                _check_deferrable(tool)
+        _by_name([tool for member in self._agents for tool in member.tools], strict=True)
 
     # ------------------------------------------------------------------ contract
 
@@ -137,29 +172,49 @@ class OpenAIAgentsRunner:
         return user_message(text)
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
-        """Let the SDK make one model call and stop before any function tool runs."""
+        """Let the SDK make one model call and stop before any function tool or handoff."""
         context = self._new_context()
-        tools = await self._all_tools(context)
+        tools = await self._tools_by_agent(context)
         recorded = _recorded_outputs(turn.tool_calls)
         budget = CallBudget()
-        step_agent, run_config = self._step_agent(tools, recorded, budget)
+        copies = clone_graph(
+            self._agents,
+            lambda member: self._step_copy(member, tools[member.name], recorded, budget),
+        )
+        run_config = guarded_run_config(self.run_config, budget)
         stored = input_items(turn.messages)
+        starting = copies[self._turn_start(stored).name]
         if turn.framework_run_state is None:
             result = Runner.run_streamed(
-                step_agent, stored, context=context, max_turns=self.max_turns, run_config=run_config
+                starting, stored, context=context, max_turns=self.max_turns, run_config=run_config
             )
         else:
-            state = await decode_run_state(step_agent, turn.framework_run_state, context=context)
+            state = await decode_run_state(starting, turn.framework_run_state, context=context)
             for item in state.get_interruptions():
                 _answer(state, item, turn)
             result = Runner.run_streamed(
-                step_agent, state, context=context, max_turns=self.max_turns, run_config=run_config
+                starting, state, context=context, max_turns=self.max_turns, run_config=run_config
             )
-        await forward_deltas(result, turn.events)
+        handed_off = False
+
+        def stop_at_handoff() -> None:
+            # An agent change after this step's model call is a handoff: stop before the
+            # receiving agent's call, which the next RunModel Step makes.
+            nonlocal handed_off
+            if budget.finished and not handed_off:
+                handed_off = True
+                result.cancel(mode="after_turn")
+
+        try:
+            await forward_deltas(result, turn.events, stop_at_handoff)
+        except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as exc:
+            note = guardrail_note(exc, turn.tool_calls.values())
+            return TurnCompleted(new_messages=[note], usage=budget.usage())
         usage = budget.usage()
+        all_tools = [tool for member_tools in tools.values() for tool in member_tools]
         if result.interruptions:
             calls = [
-                await self._deferred_call(turn, item, tools, context)
+                await self._deferred_call(turn, item, all_tools, context)
                 for item in result.interruptions
             ]
             return ToolCallsRequested(
@@ -167,37 +222,63 @@ class OpenAIAgentsRunner:
                 tool_calls=calls,
                 usage=usage,
             )
+        if handed_off:
+            return ContinueTurn(
+                framework_run_state=encode_run_state(result.to_state()),
+                usage=usage,
+                reason="handoff",
+            )
         new_items = result.to_input_list()[len(stored) :]
         return TurnCompleted(new_messages=framework_messages(new_items), usage=usage)
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
         """Run the real function tool once, through its own ``on_invoke_tool``.
 
-        The SDK's default failure formatter is switched off for this call, so an exception
-        fails the Step and the effect's retry policy applies. Raise ``ToolExecutionError``
-        from a tool for a failure the model should see; invalid arguments are one too.
+        An exception the tool's ``failure_error_function`` handles (the SDK's default one
+        included) is what a plain run shows the model: the call is recorded ``failed``
+        with that text and is not retried. A tool built with
+        ``failure_error_function=None`` raises instead: the Step fails and the effect's
+        retry policy applies (reads and idempotent writes retry). ``ToolExecutionError``
+        from a tool is a failure the model sees, recorded with its own message.
         """
         record = call.tool_call
         context = self._new_context()
-        tool = _by_name(await self._all_tools(context)).get(record.tool_name)
+        tools = await self._tools_by_agent(context)
+        owner, tool = _owner_of(record.tool_name, tools)
         if tool is None:
             raise ToolExecutionError(f"unknown tool {record.tool_name!r}")
-        runnable = copy.copy(tool)
-        if resolve_function_tool_failure_error_function(tool) is default_tool_error_function:
-            set_function_tool_failure_error_function(runnable, None)
         tool_context = ToolContext(
             context=context,
             tool_name=record.tool_name,
             tool_call_id=record.tool_call_id,
             tool_arguments=record.arguments,
-            agent=self.agent,
+            agent=self._by_agent_name.get(owner, self.agent),
             run_config=self.run_config,
         )
+        runnable = copy.copy(tool)
+        handled: list[BaseException] = []
+        if resolve_function_tool_failure_error_function(tool, tool_context) is not None:
+
+            async def noted(context: RunContextWrapper[Any], error: Exception) -> str:
+                handled.append(error)
+                if isinstance(error, _PASSED_THROUGH):
+                    return ""
+                text = await maybe_invoke_function_tool_failure_error_function(
+                    function_tool=tool, context=context, error=error
+                )
+                return text or ""
+
+            set_function_tool_failure_error_function(runnable, noted)
         try:
             output = await runnable.on_invoke_tool(tool_context, record.arguments)
         except ModelBehaviorError as exc:
             # The model sent arguments the tool's schema refuses: a retry would not help.
             raise ToolExecutionError(str(exc)) from exc
+        if handled:
+            error = handled[-1]
+            if isinstance(error, _PASSED_THROUGH):
+                raise error
+            raise ToolExecutionError(_output_text(output)) from error
         return ToolExecutionResult(output=_output_text(output))
 
     # ------------------------------------------------------------------ helpers
@@ -205,26 +286,38 @@ class OpenAIAgentsRunner:
     def _new_context(self) -> Any:
         return self.context_factory() if self.context_factory is not None else None
 
-    async def _all_tools(self, context: Any) -> list[Tool]:
-        mcp_tools = await self.agent.get_mcp_tools(RunContextWrapper(context=context))
-        tools: list[Tool] = [*self.agent.tools, *mcp_tools]
-        for tool in mcp_tools:
-            _check_deferrable(tool)
+    def _turn_start(self, stored: list[TResponseInputItem]) -> Agent[Any]:
+        if self.start_turns_with == "starting_agent":
+            return self.agent
+        plain = [cast(Mapping[str, Any], item) for item in stored]
+        return agent_after(self.agent, self._by_agent_name, plain)
+
+    async def _tools_by_agent(self, context: Any) -> dict[str, list[Tool]]:
+        wrapper = RunContextWrapper(context=context)
+        tools: dict[str, list[Tool]] = {}
+        for member in self._agents:
+            mcp_tools = await member.get_mcp_tools(wrapper)
+            for tool in mcp_tools:
+                _check_deferrable(tool)
+            tools[member.name] = [*member.tools, *mcp_tools]
         return tools
 
-    def _step_agent(
-        self, tools: list[Tool], recorded: Mapping[str, str], budget: CallBudget
-    ) -> tuple[Agent[Any], RunConfig]:
+    def _step_copy(
+        self,
+        member: Agent[Any],
+        tools: list[Tool],
+        recorded: Mapping[str, str],
+        budget: CallBudget,
+    ) -> Agent[Any]:
         step_tools = [
             _replaying_copy(tool, recorded) if isinstance(tool, FunctionTool) else tool
             for tool in tools
         ]
-        run_config = guarded_run_config(self.run_config, self.agent.model, budget)
         changes: dict[str, Any] = {"tools": step_tools, "mcp_servers": []}
-        model = budget.guard_model(self.agent.model)
+        model = budget.guard_model(member.model)
         if model is not None:
             changes["model"] = model
-        return self.agent.clone(**changes), run_config
+        return member.clone(**changes)
 
     async def _deferred_call(
         self, turn: AgentTurnContext, item: ToolApprovalItem, tools: list[Tool], context: Any
@@ -243,6 +336,15 @@ class OpenAIAgentsRunner:
         return DeferredToolCall(
             tool_call_id=call_id, tool_name=name, arguments=arguments, policy=policy
         )
+
+
+def _owner_of(name: str, tools: Mapping[str, list[Tool]]) -> tuple[str, FunctionTool | None]:
+    """The first agent (by name) with a function tool called ``name``, and that tool."""
+    for agent_name, member_tools in tools.items():
+        found = _by_name(member_tools).get(name)
+        if found is not None:
+            return agent_name, found
+    return "", None
 
 
 def _check_deferrable(tool: Tool) -> None:
@@ -295,8 +397,19 @@ def _answer(state: Any, item: ToolApprovalItem, turn: AgentTurnContext) -> None:
         state.approve(item)
 
 
-def _by_name(tools: list[Tool]) -> dict[str, FunctionTool]:
-    return {tool.name: tool for tool in tools if isinstance(tool, FunctionTool)}
+def _by_name(tools: list[Tool], *, strict: bool = False) -> dict[str, FunctionTool]:
+    """Function tools by name, the first of each name (``strict``: refuse a second one)."""
+    found: dict[str, FunctionTool] = {}
+    for tool in tools:
+        if not isinstance(tool, FunctionTool):
+            continue
+        other = found.setdefault(tool.name, tool)
+        if strict and other is not tool:
+            raise ValueError(
+                f"two different tools are named {tool.name!r}: a tool call names only its "
+                "tool, so give each tool of the agents reachable through handoffs its own name"
+            )
+    return found
 
 
 def _field(raw: Any, name: str) -> Any:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agents import RawResponsesStreamEvent, RunResultStreaming
+from collections.abc import Callable
+
+from agents import AgentUpdatedStreamEvent, RawResponsesStreamEvent, RunResultStreaming
 from dex_agents import AgentEventWriter
 
 TEXT_DELTA_TYPES = frozenset({"response.output_text.delta", "response.refusal.delta"})
@@ -11,14 +13,23 @@ REASONING_DELTA_TYPES = frozenset(
 )
 
 
-async def forward_deltas(result: RunResultStreaming, events: AgentEventWriter) -> None:
+async def forward_deltas(
+    result: RunResultStreaming,
+    events: AgentEventWriter,
+    on_agent_updated: Callable[[], None] | None = None,
+) -> None:
     """Consume ``result.stream_events()`` and write its text and reasoning deltas.
 
     The writer batches consecutive deltas (4 KiB or 50 ms per Stream message), so each
-    provider token is not its own Stream message. Every other SDK event is skipped: tool
-    calls and results reach the AgentEvents Stream from the session's own Steps.
+    provider token is not its own Stream message. ``on_agent_updated`` is called at each
+    agent change (the run's start, and every handoff); the SDK waits for it before it
+    goes on, so it may cancel the run there. Every other SDK event is skipped: tool calls
+    and results reach the AgentEvents Stream from the session's own Steps.
     """
     async for event in result.stream_events():
+        if isinstance(event, AgentUpdatedStreamEvent) and on_agent_updated is not None:
+            on_agent_updated()
+            continue
         if not isinstance(event, RawResponsesStreamEvent):
             continue
         data = event.data
