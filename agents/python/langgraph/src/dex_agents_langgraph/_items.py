@@ -140,7 +140,8 @@ class RunState:
         prefix_count: how many stored messages were cut (they are restored from the
             session's messages).
         prefix_last_id: the ID of the last cut message, to detect a mismatch.
-        tool_nodes: the nodes the graph stopped before.
+        tool_nodes: the nodes the graph stopped before (tool nodes or a human-in-the-loop
+            middleware node), or empty when it stopped at ``interrupt()`` calls.
 
     """
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from dex_agents import (
+    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
@@ -16,20 +18,38 @@ from dex_agents import (
     DeferredToolExecution,
     FrameworkMessage,
     ToolCallsRequested,
+    ToolCallStatus,
+    ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
+    ToolInputRequired,
+    ToolPolicy,
     TurnCompleted,
 )
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode
 from langgraph.pregel import Pregel
+from langgraph.types import Command, StateSnapshot
 from pydantic import ValidationError
 
+from dex_agents_langgraph._interrupts import (
+    INTERRUPT_CALL_PREFIX,
+    INTERRUPT_TOOL_NAME,
+    command_text,
+    decode_commands,
+    encode_commands,
+    find_tool_node,
+    interrupt_arguments,
+    question_for,
+    resume_value,
+    run_in_tool_node,
+)
 from dex_agents_langgraph._items import (
     RunState,
     RunStateError,
@@ -107,6 +127,48 @@ def _find_tool_nodes(agent: Pregel[Any, Any, Any, Any]) -> dict[str, ToolNode]:
     }
 
 
+def _find_hitl(agent: Pregel[Any, Any, Any, Any]) -> dict[str, Any]:
+    """The graph's human-in-the-loop middleware nodes, by node name.
+
+    Raises:
+        ValueError: a middleware asks per call (``interrupt_mode="per_call"``).
+
+    """
+    try:
+        from langchain.agents.middleware import HumanInTheLoopMiddleware
+    except ImportError:  # pragma: no cover - langchain is optional for plain graphs
+        return {}
+    found: dict[str, Any] = {}
+    for name, node in agent.nodes.items():
+        bound = node.bound
+        owner = getattr(getattr(bound, "afunc", None), "__self__", None) or getattr(
+            getattr(bound, "func", None), "__self__", None
+        )
+        if isinstance(owner, HumanInTheLoopMiddleware):
+            if getattr(owner, "interrupt_mode", "batched") != "batched":
+                raise ValueError(
+                    "HumanInTheLoopMiddleware(interrupt_mode='per_call') asks inside the "
+                    "tool call, after the tool Step started; use interrupt_mode='batched' "
+                    "(the default), whose decisions the session takes as Dex approvals"
+                )
+            found[name] = owner
+    if len(found) > 1:
+        raise ValueError(
+            f"the graph has several HumanInTheLoopMiddleware nodes {sorted(found)}; "
+            "use one middleware with every tool in its interrupt_on"
+        )
+    return found
+
+
+def _needs_state(nodes: Mapping[str, ToolNode]) -> bool:
+    """Whether a tool reads the graph state (``InjectedState`` or ``ToolRuntime``)."""
+    for node in nodes.values():
+        for injected in getattr(node, "_injected_args", {}).values():
+            if getattr(injected, "state", None) or getattr(injected, "runtime", None):
+                return True
+    return False
+
+
 class LangGraphRunner:
     """Runs a compiled LangGraph graph (for example ``create_agent``'s) as a dex-agents runner.
 
@@ -158,6 +220,11 @@ class LangGraphRunner:
         context: Any = None,
     ) -> None:
         found = _find_tool_nodes(agent)
+        self._tool_nodes = found
+        self._hitl = _find_hitl(agent)
+        # Tools that read the state need the whole conversation in the run state (their
+        # Step has no other copy of it); otherwise the stored messages are cut out of it.
+        self._keep_history = _needs_state(found)
         self.agent = agent
         self.tool_nodes = list(tool_nodes) if tool_nodes is not None else sorted(found)
         if not self.tool_nodes:
@@ -179,71 +246,77 @@ class LangGraphRunner:
         return human_item(text)
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
-        """Run the graph until it stops before its tool nodes or ends (one model call)."""
+        """Run the graph until it stops before its tool nodes, at an interrupt, or ends.
+
+        The step makes one model call (``max_model_calls_per_step``). When it continues a
+        turn, it first gives the graph what the session recorded: tool results as the tool
+        node's writes, a human-in-the-loop middleware's decisions, or the answers to
+        ``interrupt()`` calls as ``Command(resume=...)``.
+        """
         saver = InMemorySaver()
-        graph = self.agent.copy(
-            update={
-                "checkpointer": saver,
-                "interrupt_before_nodes": self.tool_nodes,
-                "interrupt_after_nodes": [],
-            }
-        )
+        graph = self._graph(saver)
         guard = _ModelCallGuard(self.max_model_calls_per_step)
-        config: RunnableConfig = {
-            **self.config,
-            "configurable": {**self.config.get("configurable", {}), "thread_id": turn.flow_id},
-            "callbacks": [guard],
-        }
+        config = self._run_config(turn.flow_id, [guard])
         prefix = from_stored(turn.messages)
         graph_input: Any = {self.messages_key: prefix}
         if turn.framework_run_state is not None:
-            await self._resume(graph, saver, config, turn, prefix)
-            graph_input = None
+            graph_input = await self._resume(graph, saver, config, turn, prefix)
 
-        async for item in graph.astream(
-            graph_input, config, stream_mode="messages", context=self.context
-        ):
-            chunk = item[0] if isinstance(item, tuple) else item
-            if isinstance(chunk, BaseMessage):
-                forward_message_chunk(turn.events, chunk)
+        while True:
+            async for item in graph.astream(
+                graph_input, config, stream_mode="messages", context=self.context
+            ):
+                chunk = item[0] if isinstance(item, tuple) else item
+                if isinstance(chunk, BaseMessage):
+                    forward_message_chunk(turn.events, chunk)
+            snapshot = await graph.aget_state(config)
+            messages: list[BaseMessage] = list(snapshot.values.get(self.messages_key) or [])
+            calls = pending_tool_calls(messages)
+            stopped = sorted(set(snapshot.next))
+            if (
+                not snapshot.interrupts
+                and stopped
+                and set(stopped) <= set(self.tool_nodes)
+                and calls
+                and all((c.get("id") or "") in turn.tool_calls for c in calls)
+            ):
+                # Calls the session already ran (approved through the middleware): give
+                # the graph their results and let it go on.
+                await self._write_results(graph, config, turn, messages, stopped[0], saver)
+                graph_input = None
+                continue
+            break
 
-        snapshot = await graph.aget_state(config)
-        messages: list[BaseMessage] = list(snapshot.values.get(self.messages_key) or [])
         if not snapshot.next:
             known = {m.id for m in prefix}
             produced = [to_framework_message(m) for m in messages if m.id not in known]
             return TurnCompleted(new_messages=produced, usage=guard.usage)
-        stopped_at = sorted(set(snapshot.next))
-        if not set(stopped_at) <= set(self.tool_nodes):
-            raise RuntimeError(
-                f"the graph stopped before {stopped_at}: only stops before tool nodes "
-                f"{self.tool_nodes} are supported (no interrupt() inside the graph)"
-            )
-        calls = pending_tool_calls(messages)
-        if not calls:
-            raise RuntimeError(f"the graph stopped before {stopped_at} with no pending tool call")
+
+        if snapshot.interrupts:
+            deferred = self._interrupt_calls(turn, snapshot, calls)
+            stopped_at: list[str] = []
+        else:
+            stopped_at = stopped
+            if not set(stopped) <= set(self.tool_nodes):
+                raise RuntimeError(
+                    f"the graph stopped before {stopped}: only stops before tool nodes "
+                    f"{self.tool_nodes} and interrupt() calls are supported"
+                )
+            if not calls:
+                raise RuntimeError(f"the graph stopped before {stopped} with no pending tool call")
+            deferred = [self._deferred(turn, call, gated=False) for call in calls]
         stored = await saver.aget_tuple(config)
         if stored is None:
-            raise RuntimeError("the graph stopped before its tools but left no checkpoint")
+            raise RuntimeError("the graph stopped but left no checkpoint")
+        cut = [] if self._keep_history else prefix
         state = RunState(
-            checkpoint=cut_prefix(stored.checkpoint, prefix, self.messages_key),
+            checkpoint=cut_prefix(stored.checkpoint, cut, self.messages_key),
             metadata=stored.metadata,
             writes=[tuple(w) for w in stored.pending_writes or []],
-            prefix_count=len(prefix),
-            prefix_last_id=prefix[-1].id if prefix else None,
+            prefix_count=len(cut),
+            prefix_last_id=cut[-1].id if cut else None,
             tool_nodes=stopped_at,
         )
-        deferred = [
-            DeferredToolCall(
-                tool_call_id=call.get("id") or "",
-                tool_name=call["name"],
-                arguments=json.dumps(call["args"]),
-                policy=turn.resolve_tool_policy(
-                    call["name"], tool_effect(self.tools.get(call["name"]))
-                ),
-            )
-            for call in calls
-        ]
         return ToolCallsRequested(
             framework_run_state=encode_run_state(state, saver.serde),
             tool_calls=deferred,
@@ -251,13 +324,24 @@ class LangGraphRunner:
         )
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
-        """Run the LangChain tool once; tool errors the model should see fail the call.
+        """Run the LangChain tool once, through the graph's ``ToolNode``.
+
+        The tool gets its ``InjectedState`` / ``ToolRuntime`` from the graph state the model
+        call left (``DeferredToolExecution.framework_run_state``) and runs inside the
+        agent's ``wrap_tool_call`` middleware. An ``interrupt()`` in the tool asks a
+        durable question (``ToolInputRequired``); the answer resumes it, the tool running
+        again from its start as in LangGraph. A ``Command`` result is kept for the next
+        model step, which applies its state update.
 
         Argument validation errors, ``ToolException`` and tool messages with
         ``status="error"`` raise ``ToolExecutionError``; any other exception is a Step
         failure and follows the effect's retry policy.
         """
         record = call.tool_call
+        if record.tool_name == INTERRUPT_TOOL_NAME and record.tool_call_id.startswith(
+            INTERRUPT_CALL_PREFIX
+        ):
+            return self._answer_interrupt(call)
         tool = self.tools.get(record.tool_name)
         if tool is None:
             raise ToolExecutionError(f"there is no tool named {record.tool_name!r}")
@@ -265,26 +349,139 @@ class LangGraphRunner:
             args = json.loads(record.arguments) if record.arguments else {}
         except ValueError as error:
             raise ToolExecutionError(f"the arguments are not JSON: {error}") from error
-        tool_call = {
+        tool_call: dict[str, Any] = {
             "type": "tool_call",
             "id": record.tool_call_id,
             "name": tool.name,
             "args": args,
         }
+        node = find_tool_node(self._tool_nodes, tool)
         try:
-            result = await tool.ainvoke(tool_call, config=self.config)
+            if node is None:
+                outputs: list[Any] = [await tool.ainvoke(tool_call, config=self.config)]
+            else:
+                state = await self._tool_state(call)
+                outputs = list(
+                    await run_in_tool_node(
+                        node,
+                        tool_call,
+                        state,
+                        call.answers,
+                        config=dict(self.config),
+                        context=self.context,
+                    )
+                )
         except (ValidationError, ToolException) as error:
             raise ToolExecutionError(str(error)) from error
+        if any(isinstance(o, Command) for o in outputs):
+            text = command_text(outputs, record.tool_call_id)
+            return ToolExecutionResult(output=encode_commands(text, outputs, _SERDE))
+        result = outputs[0] if outputs else ""
         if isinstance(result, ToolMessage):
             output = tool_output_text(result.content)
             if result.status == "error":
                 raise ToolExecutionError(output)
             return ToolExecutionResult(output=output)
-        if type(result).__name__ == "Command":
-            raise ToolExecutionError("tools that return a LangGraph Command are not supported")
         return ToolExecutionResult(output=tool_output_text(result))
 
-    # ------------------------------------------------------------------ resume
+    # ------------------------------------------------------------------ helpers
+
+    def _graph(self, saver: InMemorySaver) -> Pregel[Any, Any, Any, Any]:
+        return self.agent.copy(
+            update={
+                "checkpointer": saver,
+                "interrupt_before_nodes": self.tool_nodes,
+                "interrupt_after_nodes": [],
+            }
+        )
+
+    def _run_config(self, thread_id: str, callbacks: list[Any]) -> RunnableConfig:
+        return {
+            **self.config,
+            "configurable": {**self.config.get("configurable", {}), "thread_id": thread_id},
+            "callbacks": callbacks,
+        }
+
+    def _deferred(self, turn: AgentTurnContext, call: ToolCall, *, gated: bool) -> DeferredToolCall:
+        name = call["name"]
+        policy = turn.resolve_tool_policy(name, tool_effect(self.tools.get(name)))
+        if gated and policy.requires_approval is None:
+            # The human-in-the-loop middleware asks about this call: a Dex approval.
+            policy = dataclasses.replace(policy, requires_approval=True)
+        return DeferredToolCall(
+            tool_call_id=call.get("id") or "",
+            tool_name=name,
+            arguments=json.dumps(call["args"]),
+            policy=policy,
+        )
+
+    def _interrupt_calls(
+        self, turn: AgentTurnContext, snapshot: StateSnapshot, calls: Sequence[ToolCall]
+    ) -> list[DeferredToolCall]:
+        """The deferred calls for the graph's pending interrupts.
+
+        A human-in-the-loop middleware's request becomes the tool calls it asks about,
+        needing approval; any other interrupt becomes a question in its own call.
+        """
+        deferred: list[DeferredToolCall] = []
+        for task in snapshot.tasks:
+            for pending in task.interrupts:
+                if task.name in self._hitl and _is_hitl_request(pending.value):
+                    gated = _gated_ids(calls, pending.value["action_requests"])
+                    deferred.extend(
+                        self._deferred(turn, c, gated=(c.get("id") or "") in gated) for c in calls
+                    )
+                    continue
+                deferred.append(
+                    DeferredToolCall(
+                        tool_call_id=f"{INTERRUPT_CALL_PREFIX}{pending.id}",
+                        tool_name=INTERRUPT_TOOL_NAME,
+                        arguments=interrupt_arguments(
+                            {"value": pending.value, "response_schema": pending.response_schema}
+                        ),
+                        policy=ToolPolicy(ToolEffect.READ, requires_approval=False),
+                    )
+                )
+        return deferred
+
+    def _answer_interrupt(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        """The "tool Step" of a graph interrupt: ask, then record the answer as output."""
+        if not call.answers:
+            raw = json.loads(call.tool_call.arguments)
+            raise ToolInputRequired(
+                question_for(raw.get("value"), "interrupt-1", raw.get("response_schema"))
+            )
+        return ToolExecutionResult(output=json.dumps(resume_value(call.answers[-1])))
+
+    async def _tool_state(self, call: DeferredToolExecution) -> dict[str, Any]:
+        """The graph state the model call left, as the tool node would read it."""
+        if call.framework_run_state is None:
+            return {}
+        saver = InMemorySaver()
+        graph = self._graph(saver)
+        config = self._run_config(call.flow_id, [])
+        state = decode_run_state(call.framework_run_state, saver.serde)
+        await self._restore(saver, call.flow_id, state, [])
+        snapshot = await graph.aget_state(config)
+        return dict(snapshot.values)
+
+    async def _restore(
+        self,
+        saver: InMemorySaver,
+        thread_id: str,
+        state: RunState,
+        prefix: Sequence[BaseMessage],
+    ) -> None:
+        checkpoint = state.checkpoint
+        if state.prefix_count:
+            checkpoint = restore_prefix(checkpoint, prefix, self.messages_key)
+        target: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        saved = await saver.aput(target, checkpoint, state.metadata, checkpoint["channel_versions"])
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in state.writes:
+            by_task.setdefault(task_id, []).append((channel, value))
+        for task_id, writes in by_task.items():
+            await saver.aput_writes(saved, writes, task_id)
 
     async def _resume(
         self,
@@ -293,32 +490,125 @@ class LangGraphRunner:
         config: RunnableConfig,
         turn: AgentTurnContext,
         prefix: Sequence[BaseMessage],
-    ) -> None:
+    ) -> Any:
+        """Restore the run state and return the graph's input that continues it."""
         assert turn.framework_run_state is not None
         state = decode_run_state(turn.framework_run_state, saver.serde)
-        last_id = prefix[-1].id if prefix else None
-        if state.prefix_count != len(prefix) or state.prefix_last_id != last_id:
-            raise RunStateError("the run state does not match the session's stored messages")
-        if len(state.tool_nodes) != 1:
-            raise RunStateError(f"the graph stopped before several tool nodes {state.tool_nodes}")
-        checkpoint = restore_prefix(state.checkpoint, prefix, self.messages_key)
-        target: RunnableConfig = {"configurable": {"thread_id": turn.flow_id, "checkpoint_ns": ""}}
-        saved = await saver.aput(target, checkpoint, state.metadata, checkpoint["channel_versions"])
-        by_task: dict[str, list[tuple[str, Any]]] = {}
-        for task_id, channel, value in state.writes:
-            by_task.setdefault(task_id, []).append((channel, value))
-        for task_id, writes in by_task.items():
-            await saver.aput_writes(saved, writes, task_id)
-
+        if state.prefix_count:
+            last_id = prefix[-1].id if prefix else None
+            if state.prefix_count != len(prefix) or state.prefix_last_id != last_id:
+                raise RunStateError("the run state does not match the session's stored messages")
+        await self._restore(saver, turn.flow_id, state, prefix)
         snapshot = await graph.aget_state(config)
-        messages = snapshot.values.get(self.messages_key) or []
+        messages = list(snapshot.values.get(self.messages_key) or [])
+        if state.tool_nodes:
+            if len(state.tool_nodes) != 1:
+                raise RunStateError(
+                    f"the graph stopped before several tool nodes {state.tool_nodes}"
+                )
+            await self._write_results(graph, config, turn, messages, state.tool_nodes[0], saver)
+            return None
+        answers: dict[str, Any] = {}
+        for task in snapshot.tasks:
+            for pending in task.interrupts:
+                if task.name in self._hitl and _is_hitl_request(pending.value):
+                    calls = pending_tool_calls(messages)
+                    gated = _gated_ids(calls, pending.value["action_requests"])
+                    answers[pending.id] = {
+                        "decisions": [
+                            _decision(c, turn.recorded_tool_call(c.get("id") or ""))
+                            for c in calls
+                            if (c.get("id") or "") in gated
+                        ]
+                    }
+                    continue
+                record = turn.recorded_tool_call(f"{INTERRUPT_CALL_PREFIX}{pending.id}")
+                answers[pending.id] = (
+                    json.loads(record.output)
+                    if record.status is ToolCallStatus.SUCCEEDED and record.output
+                    else None
+                )
+        return Command(resume=answers)
+
+    async def _write_results(
+        self,
+        graph: Pregel[Any, Any, Any, Any],
+        config: RunnableConfig,
+        turn: AgentTurnContext,
+        messages: Sequence[BaseMessage],
+        node: str,
+        saver: InMemorySaver,
+    ) -> None:
+        """Write each pending call's recorded result as if the tool node had run."""
         calls = pending_tool_calls(messages)
-        results: list[BaseMessage] = [
-            tool_result_message(c, turn.recorded_tool_call(c.get("id") or "")) for c in calls
-        ]
+        results: list[BaseMessage] = []
+        commands: list[Any] = []
+        for call in calls:
+            record = turn.recorded_tool_call(call.get("id") or "")
+            stored = (
+                decode_commands(record.output, saver.serde)
+                if record.status is ToolCallStatus.SUCCEEDED
+                else None
+            )
+            if stored is not None:
+                commands.extend(
+                    o if isinstance(o, Command) else Command(update={self.messages_key: [o]})
+                    for o in stored
+                )
+                continue
+            results.append(self._result_message(call, record))
         edited = with_approved_arguments(messages, turn.tool_calls)
         if edited is not None:
             # Like LangGraph's own "edit" decision: the AI message (same ID, so the
             # messages reducer replaces it) now asks for the arguments that ran.
             results.insert(0, edited)
-        await graph.aupdate_state(config, {self.messages_key: results}, as_node=state.tool_nodes[0])
+        values: Any = {self.messages_key: results}
+        if commands:
+            values = [Command(update={self.messages_key: results}), *commands]
+        await graph.aupdate_state(config, values, as_node=node)
+
+    def _result_message(self, call: ToolCall, record: AgentToolCall) -> ToolMessage:
+        message = tool_result_message(call, record)
+        hitl = next(iter(self._hitl.values()), None)
+        if (
+            hitl is not None
+            and record.arguments_edited
+            and record.status is ToolCallStatus.SUCCEEDED
+            and call["name"] in hitl.interrupt_on
+        ):
+            # The middleware tells the model, in its own words, that a reviewer edited it.
+            plain = message.model_copy(update={"content": record.output or ""})
+            executed = {"name": call["name"], "args": json.loads(record.arguments)}
+            return cast(ToolMessage, hitl._prepend_notice(plain, executed))
+        return message
+
+
+_SERDE = InMemorySaver().serde
+
+
+def _is_hitl_request(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("action_requests"), list)
+
+
+def _gated_ids(calls: Sequence[ToolCall], requests: Sequence[Any]) -> set[str]:
+    """The IDs of the calls a middleware request asks about (in order, by name and args)."""
+    gated: set[str] = set()
+    queue = list(requests)
+    for call in calls:
+        if queue and queue[0].get("name") == call["name"] and queue[0].get("args") == call["args"]:
+            gated.add(call.get("id") or "")
+            queue.pop(0)
+    return gated
+
+
+def _decision(call: ToolCall, record: AgentToolCall) -> dict[str, Any]:
+    """The human-in-the-loop middleware decision a Dex approval record stands for."""
+    if record.status is ToolCallStatus.REJECTED:
+        decision: dict[str, Any] = {"type": "reject"}
+        if record.rejection_message:
+            decision["message"] = record.rejection_message
+        return decision
+    if record.arguments_edited:
+        edited = {"name": call["name"], "args": json.loads(record.arguments)}
+        return {"type": "edit", "edited_action": edited}
+    return {"type": "approve"}
