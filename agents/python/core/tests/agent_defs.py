@@ -25,6 +25,7 @@ from dex_agents import (
 from dex_agents.testing import (
     InvocationLog,
     ModelCall,
+    ScriptedContinue,
     ScriptedFailure,
     ScriptedModel,
     ScriptedResponse,
@@ -194,6 +195,46 @@ def steer_model() -> ScriptedModel:
     return ScriptedModel(default=step)
 
 
+def continue_model() -> ScriptedModel:
+    """Turn 1: a handoff, then the other agent's answer behind gate ``continue-1``.
+
+    Turn 2: a read, a validation retry, then an answer naming the read's result.
+    """
+
+    def after_retry(call: ModelCall) -> ScriptedResponse:
+        result = call.result_of("lookup_order")
+        return ScriptedText(text=f"retried; saw {result.content if result else 'nothing'}")
+
+    lookup = ScriptedToolCall(tool_name="lookup_order", arguments={"order_id": 7})
+    return ScriptedModel(
+        [
+            [
+                ScriptedContinue(reason="handoff", text="Handing you to billing."),
+                ScriptedText(text="billing: order 7 is paid", gate="continue-{call_index}"),
+            ],
+            [
+                ScriptedToolCalls(calls=[lookup]),
+                ScriptedContinue(reason="validation_retry"),
+                after_retry,
+            ],
+        ]
+    )
+
+
+CONTINUE_LOOP_LIMIT = 3
+
+
+def continue_loop_model() -> ScriptedModel:
+    """Turn 1 hands off for ever (the limit ends it); later turns answer."""
+
+    def step(call: ModelCall) -> ScriptedResponse:
+        if call.turn_number == 1:
+            return ScriptedContinue(reason="handoff")
+        return ScriptedText(text=f"answered: {call.user_text}")
+
+    return ScriptedModel(default=step)
+
+
 # --------------------------------------------------------------------------- scenarios
 
 _MODELS: dict[str, Callable[[], ScriptedModel]] = {
@@ -206,6 +247,8 @@ _MODELS: dict[str, Callable[[], ScriptedModel]] = {
     "events": event_model,
     "deadline": router_model,
     "steer": steer_model,
+    "continue": continue_model,
+    "continue_loop": continue_loop_model,
 }
 
 _GATES: dict[str, dict[str, str]] = {
@@ -233,7 +276,10 @@ def build_flow(scenario: str, state_dir: Path) -> AgentSessionFlow:
         tool_gates=_GATES.get(scenario),
     )
     deadline = timedelta(seconds=1) if scenario == "deadline" else None
-    options = AgentSessionOptions(tool_policies=POLICIES, interrupt_deadline=deadline)
+    calls = CONTINUE_LOOP_LIMIT if scenario == "continue_loop" else 50
+    options = AgentSessionOptions(
+        tool_policies=POLICIES, interrupt_deadline=deadline, max_model_calls_per_turn=calls
+    )
     return AgentSessionFlow(runner, flow_type=flow_type(scenario), options=options)
 
 

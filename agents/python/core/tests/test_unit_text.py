@@ -162,7 +162,9 @@ def test_run_state_and_calls_are_required() -> None:
         validate_outcome(empty_state)
     with pytest.raises(InvalidRunnerOutputError, match="no tool calls"):
         validate_outcome(ToolCallsRequested(framework_run_state="s", tool_calls=[]))
-    with pytest.raises(InvalidRunnerOutputError, match="TurnCompleted or ToolCallsRequested"):
+    with pytest.raises(
+        InvalidRunnerOutputError, match="TurnCompleted, ToolCallsRequested or ContinueTurn"
+    ):
         validate_outcome("done")  # type: ignore[arg-type]
     done = TurnCompleted(new_messages=[FrameworkMessage(role=MessageRole.ASSISTANT, text="hi")])
     assert validate_outcome(done) is done

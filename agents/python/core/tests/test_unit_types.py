@@ -123,6 +123,9 @@ async def test_turn_context_reads_records_and_policies() -> None:
     assert resumed.resolve_tool_policy("x", ToolEffect.IDEMPOTENT_WRITE).effect is (
         ToolEffect.IDEMPOTENT_WRITE
     )
+    assert is_approval_required(
+        resumed.resolve_tool_policy("lookup", framework_requires_approval=True)
+    )
     await resumed.heartbeat()
     assert beats == [1]
     await asyncio.sleep(0)

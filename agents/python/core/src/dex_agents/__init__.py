@@ -56,6 +56,7 @@ from dex_agents._persistence import (
     persistence,
 )
 from dex_agents._policy import (
+    DEFAULT_MAX_MODEL_CALLS_PER_TURN,
     AgentSessionOptions,
     Reconciler,
     ReconcileResult,
@@ -84,9 +85,11 @@ from dex_agents._records import (
     TurnControl,
 )
 from dex_agents._runner import (
+    MAX_CONTINUE_REASON_LENGTH,
     AgentFrameworkRunner,
     AgentTurnContext,
     AgentTurnOutcome,
+    ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     ToolCallsRequested,
@@ -145,6 +148,9 @@ __all__ = [
     "AgentToolCall",
     "AgentTurnContext",
     "AgentTurnOutcome",
+    "ContinueTurn",
+    "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
+    "MAX_CONTINUE_REASON_LENGTH",
     "AgentUsage",
     "AgentUserMessage",
     "DeferredToolCall",

@@ -100,7 +100,9 @@ class AgentEventType(StrEnum):
     and ``turn_cancelled`` {message_count}, written when a steered or cancelled turn ends,
     ``custom`` for a runner's own ``write_event`` payloads {name, ...}, and
     ``tool_call_reconciled`` {tool_call_id, tool_name, status, reconciled_by, evidence}
-    when an ``outcome_unknown`` call is settled. ``interrupt_resolved`` also carries
+    when an ``outcome_unknown`` call is settled, and ``turn_continued`` {reason,
+    model_calls} when a model call returned ``ContinueTurn`` (``model_calls``: the turn's
+    model calls so far). ``interrupt_resolved`` also carries
     {approvers, arguments_sha256, arguments_edited} beyond the seeds. The
     ``interrupt_raised`` of a tool's question (``ToolInputRequired``) also has {kind,
     message}.
@@ -121,6 +123,7 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     CUSTOM = "custom"
     TOOL_CALL_RECONCILED = "tool_call_reconciled"
+    TURN_CONTINUED = "turn_continued"
 
 
 class TurnControlKind(StrEnum):

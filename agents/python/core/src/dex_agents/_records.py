@@ -319,6 +319,9 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
         active_turn_id: the running turn, or None while waiting for a user message.
         message_count: messages stored; the next one gets sequence ``message_count + 1``.
         last_turn_error: why the last failed turn failed; cleared when a turn completes.
+        turn_model_calls: model calls the active turn committed so far (0 between turns);
+            checked against ``AgentSessionOptions.max_model_calls_per_turn``. Beyond the
+            seeds.
 
     """
 
@@ -327,6 +330,7 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
     active_turn_id: str | None = None
     message_count: int = 0
     last_turn_error: str | None = None
+    turn_model_calls: int = 0
 
 
 class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -70,7 +70,40 @@ class ToolCallsRequested(msgspec.Struct, frozen=True):
     usage: AgentUsage | None = None
 
 
-AgentTurnOutcome = TurnCompleted | ToolCallsRequested
+class ContinueTurn(msgspec.Struct, frozen=True):
+    """The model call ended with neither a final answer nor tool calls; call the model again.
+
+    Return it when the framework itself goes on to another model call of the same turn: a
+    handoff to another agent, a validation retry the framework asks the model for, the
+    next model node of a graph. The session commits it (run state and usage) and schedules
+    another ``RunModel`` Step in the same turn, so every model call stays its own Step and
+    a crash repeats only the call that had not finished. The next call receives
+    ``framework_run_state`` as ``AgentTurnContext.framework_run_state`` (so ``is_resuming``
+    is True) and the same ``tool_calls``. Beyond the seeds.
+
+    Construct it as ``ContinueTurn(framework_run_state, usage, reason)``.
+
+    Attributes:
+        framework_run_state: non-empty state the next model call continues from.
+        usage: usage of this model call only; None (default) means the framework did not
+            report any. It adds to the session total like the other outcomes' usage.
+        reason: a short label (at most ``MAX_CONTINUE_REASON_LENGTH`` characters), such as
+            ``"handoff"``, ``"validation_retry"``, ``"guardrail"`` or ``"next_node"``;
+            written on the ``turn_continued`` event ("" by default).
+
+    A turn makes at most ``AgentSessionOptions.max_model_calls_per_turn`` model calls; the
+    call after that limit fails the turn instead of calling the model.
+
+    """
+
+    framework_run_state: str
+    usage: AgentUsage | None = None
+    reason: str = ""
+
+
+MAX_CONTINUE_REASON_LENGTH = 100
+
+AgentTurnOutcome = TurnCompleted | ToolCallsRequested | ContinueTurn
 
 
 class ToolExecutionResult(msgspec.Struct, frozen=True):
@@ -105,7 +138,7 @@ class AgentTurnContext:
         messages: every stored message in sequence order; the last user message belongs
             to this turn.
         framework_run_state: None for the turn's first model call, else the value of this
-            turn's last ``ToolCallsRequested``.
+            turn's last ``ToolCallsRequested`` or ``ContinueTurn``.
         tool_calls: this turn's records by tool call ID; every one is final.
         events: writer bound to this turn, Step execution and attempt.
         heartbeat: records liveness (the session also heartbeats every 20 seconds).
@@ -125,7 +158,7 @@ class AgentTurnContext:
 
     @property
     def is_resuming(self) -> bool:
-        """Whether this model call continues the turn after tool calls."""
+        """Whether this model call continues the turn (after tool calls or ``ContinueTurn``)."""
         return self.framework_run_state is not None
 
     def recorded_tool_call(self, tool_call_id: str) -> AgentToolCall:
@@ -133,10 +166,21 @@ class AgentTurnContext:
         return self.tool_calls[tool_call_id]
 
     def resolve_tool_policy(
-        self, tool_name: str, framework_effect: ToolEffect | None = None
+        self,
+        tool_name: str,
+        framework_effect: ToolEffect | None = None,
+        *,
+        framework_requires_approval: bool | None = None,
     ) -> ToolPolicy:
-        """Return the tool's policy: explicit, else framework metadata, else the default."""
-        return self.options.resolve_tool_policy(tool_name, framework_effect)
+        """Return the tool's policy: explicit, else framework metadata, else the default.
+
+        ``framework_requires_approval`` is the framework's own approval decision for this
+        call (a static flag, or a per-call function the adapter evaluated on the Worker);
+        see ``AgentSessionOptions.resolve_tool_policy`` for how it combines with the policy.
+        """
+        return self.options.resolve_tool_policy(
+            tool_name, framework_effect, framework_requires_approval=framework_requires_approval
+        )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,13 @@ from collections.abc import Iterable
 
 from dex_agents._enums import MessageRole, ToolCallStatus
 from dex_agents._records import AgentToolCall, AgentUsage, FrameworkMessage
-from dex_agents._runner import AgentTurnOutcome, ToolCallsRequested, TurnCompleted
+from dex_agents._runner import (
+    MAX_CONTINUE_REASON_LENGTH,
+    AgentTurnOutcome,
+    ContinueTurn,
+    ToolCallsRequested,
+    TurnCompleted,
+)
 
 SEQUENCE_KEY_DIGITS = 12
 FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
@@ -143,8 +149,10 @@ def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
 
     Raises:
         InvalidRunnerOutputError: for an unknown outcome type, a usage that is neither an
-            ``AgentUsage`` nor None, an empty run state, no tool calls, or a tool call ID
-            that is empty, contains ``/`` or repeats in the turn.
+            ``AgentUsage`` nor None, an empty run state, no tool calls, a tool call ID
+            that is empty, contains ``/`` or repeats in the turn, or a ``ContinueTurn``
+            reason that is not a string of at most ``MAX_CONTINUE_REASON_LENGTH``
+            characters.
 
     """
     usage = getattr(outcome, "usage", None)
@@ -155,9 +163,12 @@ def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
             if not isinstance(message, FrameworkMessage):
                 raise InvalidRunnerOutputError(f"not a FrameworkMessage: {message!r}")
         return outcome
+    if isinstance(outcome, ContinueTurn):
+        return _validate_continue(outcome)
     if not isinstance(outcome, ToolCallsRequested):
         raise InvalidRunnerOutputError(
-            f"run_model_step must return TurnCompleted or ToolCallsRequested, got {outcome!r}"
+            "run_model_step must return TurnCompleted, ToolCallsRequested or ContinueTurn, "
+            f"got {outcome!r}"
         )
     if not outcome.framework_run_state:
         raise InvalidRunnerOutputError("ToolCallsRequested.framework_run_state is empty")
@@ -173,6 +184,20 @@ def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
         if call_id in seen:
             raise InvalidRunnerOutputError(f"tool call ID {call_id!r} repeats in this turn")
         seen.add(call_id)
+    return outcome
+
+
+def _validate_continue(outcome: ContinueTurn) -> ContinueTurn:
+    if not isinstance(outcome.framework_run_state, str) or not outcome.framework_run_state:
+        raise InvalidRunnerOutputError("ContinueTurn.framework_run_state is empty")
+    reason = outcome.reason
+    if not isinstance(reason, str):
+        raise InvalidRunnerOutputError(f"ContinueTurn.reason must be a str, got {reason!r}")
+    if len(reason) > MAX_CONTINUE_REASON_LENGTH:
+        raise InvalidRunnerOutputError(
+            f"ContinueTurn.reason is {len(reason)} characters, above "
+            f"MAX_CONTINUE_REASON_LENGTH ({MAX_CONTINUE_REASON_LENGTH})"
+        )
     return outcome
 
 

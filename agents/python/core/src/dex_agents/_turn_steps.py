@@ -38,7 +38,7 @@ from dex_agents._records import (
     AgentUsage,
     TurnControl,
 )
-from dex_agents._runner import AgentTurnContext, ToolCallsRequested, TurnCompleted
+from dex_agents._runner import AgentTurnContext, ContinueTurn, ToolCallsRequested, TurnCompleted
 from dex_agents._session import (
     SessionParts,
     all_tool_calls,
@@ -103,7 +103,11 @@ def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) 
     number = state.turn_count + 1
     turn_id = turn_id_of(number)
     opened = replace(
-        state, turn_count=number, active_turn_id=turn_id, status=AgentStatus.RUNNING_MODEL
+        state,
+        turn_count=number,
+        active_turn_id=turn_id,
+        status=AgentStatus.RUNNING_MODEL,
+        turn_model_calls=0,
     )
     stored = append_messages(ctx, opened, turn_id, [build_user_message(parts, text)])
     persistence.AgentState.set(ctx, stored)
@@ -122,7 +126,12 @@ def _end_turn(
     if note:
         state = append_messages(ctx, state, turn_id, [build_user_message(parts, note)])
     clear_turn(ctx, records)
-    return replace(state, status=AgentStatus.WAITING_FOR_USER_MESSAGE, active_turn_id=None)
+    return replace(
+        state,
+        status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+        active_turn_id=None,
+        turn_model_calls=0,
+    )
 
 
 def fail_turn(
@@ -221,6 +230,16 @@ class RunModel(_TurnStep):
             return StepDecision.go_to(StopTurn)
         records = all_tool_calls(ctx)
         by_id = {r.tool_call_id: r for r in records}
+        limit = self._parts.options.max_model_calls_per_turn
+        if state.turn_model_calls >= limit:
+            return fail_turn(
+                self._parts,
+                ctx,
+                state,
+                records,
+                f"the turn reached AgentSessionOptions.max_model_calls_per_turn ({limit}): "
+                f"{state.turn_model_calls} model calls without a final answer",
+            )
         async with runner_call(self._parts, ctx, turn_id) as writer:
             outcome = await self._parts.runner.run_model_step(
                 AgentTurnContext(
@@ -242,6 +261,19 @@ class RunModel(_TurnStep):
         except InvalidRunnerOutputError as exc:
             return fail_turn(self._parts, ctx, state, records, f"invalid runner output: {exc}")
         self._record_usage(ctx, turn_id, outcome.usage)
+        state = replace(state, turn_model_calls=state.turn_model_calls + 1)
+        if isinstance(outcome, ContinueTurn):
+            # Another model call of the same turn, in its own RunModel Step.
+            persistence.FrameworkRunState.set(ctx, outcome.framework_run_state)
+            persistence.AgentState.set(ctx, state)
+            emit(
+                self._parts,
+                ctx,
+                turn_id,
+                AgentEventType.TURN_CONTINUED,
+                {"reason": outcome.reason, "model_calls": state.turn_model_calls},
+            )
+            return StepDecision.go_to(RunModel)
         if isinstance(outcome, TurnCompleted):
             stored = append_messages(ctx, state, turn_id, outcome.new_messages)
             clear_turn(ctx, records)
@@ -250,6 +282,7 @@ class RunModel(_TurnStep):
                 status=AgentStatus.WAITING_FOR_USER_MESSAGE,
                 active_turn_id=None,
                 last_turn_error=None,
+                turn_model_calls=0,
             )
             persistence.AgentState.set(ctx, done)
             emit(

@@ -38,6 +38,7 @@ from dex_agents.testing._runner import (
 from dex_agents.testing._script import (
     DERIVE_USAGE,
     ModelCall,
+    ScriptedContinue,
     ScriptedFailure,
     ScriptedModel,
     ScriptedResponse,
@@ -66,6 +67,7 @@ __all__ = [
     "InvocationLog",
     "InvocationRecord",
     "ModelCall",
+    "ScriptedContinue",
     "ScriptedFailure",
     "ScriptedModel",
     "ScriptedModelError",

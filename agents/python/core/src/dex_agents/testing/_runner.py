@@ -15,6 +15,7 @@ from dex_agents import (
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
+    ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
@@ -30,6 +31,7 @@ from dex_agents.testing._gates import FileGate
 from dex_agents.testing._log import InvocationLog
 from dex_agents.testing._script import (
     ModelCall,
+    ScriptedContinue,
     ScriptedFailure,
     ScriptedModel,
     ScriptedResponse,
@@ -113,7 +115,8 @@ class ScriptedRunner:
 
     It follows the runner contract exactly: one scripted model call per
     ``run_model_step``; tool calls are returned as ``ToolCallsRequested`` with a JSON run
-    state holding the turn's items so far; on resume, each call's result comes from its
+    state holding the turn's items so far (a :class:`ScriptedContinue` as ``ContinueTurn``
+    with the same kind of state); on resume, each call's result comes from its
     final record through ``describe_tool_call_outcome``; the final ``TurnCompleted``
     carries every item of the turn after its user message; usage is reported per call
     (derived from text lengths unless the response scripts one, or None).
@@ -204,6 +207,12 @@ class ScriptedRunner:
                 turn.events.write_text_delta(response.text)
             state.items.append({"type": "text", "text": response.text})
             return TurnCompleted(new_messages=[_message(item) for item in state.items], usage=usage)
+        if isinstance(response, ScriptedContinue):
+            if response.text:
+                turn.events.write_text_delta(response.text)
+                state.items.append({"type": "text", "text": response.text})
+            state.call_index += 1
+            return ContinueTurn(state.dump(), usage, response.reason)
         return self._request_tools(turn, state, response, usage)
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
@@ -370,6 +379,8 @@ def _derived_usage(call: ModelCall, response: ScriptedResponse) -> AgentUsage:
     )
     if isinstance(response, ScriptedText):
         completion = len(response.text)
+    elif isinstance(response, ScriptedContinue):
+        completion = len(response.text or "")
     elif isinstance(response, ScriptedToolCalls):
         completion = sum(
             len(json.dumps(dict(c.arguments))) + len(c.tool_name) for c in response.calls

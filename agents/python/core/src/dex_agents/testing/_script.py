@@ -78,6 +78,27 @@ class ScriptedToolCalls:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScriptedContinue:
+    """A model call that ends with neither an answer nor tool calls (``ContinueTurn``).
+
+    Like a handoff or a framework's validation retry: the turn goes on with another model
+    call (call index one higher) in its own RunModel Step.
+
+    Args:
+        reason: the ``ContinueTurn.reason`` (default ``"handoff"``).
+        text: assistant text of this call, kept with the turn's items, or None.
+        usage, fail_attempts, gate: as for :class:`ScriptedText`.
+
+    """
+
+    reason: str = "handoff"
+    text: str | None = None
+    usage: ScriptedUsage = DERIVE_USAGE
+    fail_attempts: int = 0
+    gate: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ScriptedFailure:
     """A model call that always raises: after three attempts the turn fails.
 
@@ -91,7 +112,7 @@ class ScriptedFailure:
     gate: str | None = None
 
 
-ScriptedResponse: TypeAlias = ScriptedText | ScriptedToolCalls | ScriptedFailure
+ScriptedResponse: TypeAlias = ScriptedText | ScriptedToolCalls | ScriptedContinue | ScriptedFailure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +144,8 @@ class ModelCall:
         flow_id: the session ID.
         turn_id: ``"turn-<n>"``.
         turn_number: ``n``.
-        call_index: 0-based model call within the turn (one more after each tool batch).
+        call_index: 0-based model call within the turn (one more after each tool batch
+            and each :class:`ScriptedContinue`).
         attempt: the RunModel attempt (1-based).
         user_text: this turn's user message.
         messages: every stored message, in sequence order (earlier turns included).
@@ -156,10 +178,11 @@ class ScriptedModel:
 
     ``turns[n - 1][k]`` answers model call ``k`` (0-based) of turn ``n`` (``"turn-<n>"``).
     Each entry is a :class:`ScriptedText`, :class:`ScriptedToolCalls`,
-    :class:`ScriptedFailure`, a plain string (a final text answer), or a function of
-    :class:`ModelCall` returning one of those, so an answer can depend on tool results and
-    earlier messages. The lookup depends only on the turn and call index, never on what
-    ran before in this process, so a retry on another Worker gets the same answer.
+    :class:`ScriptedContinue`, :class:`ScriptedFailure`, a plain string (a final text
+    answer), or a function of :class:`ModelCall` returning one of those, so an answer can
+    depend on tool results and earlier messages. The lookup depends only on the turn and
+    call index, never on what ran before in this process, so a retry on another Worker gets
+    the same answer.
 
     Args:
         turns: the script, one sequence of responses per turn.
