@@ -226,6 +226,45 @@ def decode_run_state(text: str, serde: SerializerProtocol) -> RunState:
         raise RunStateError(f"cannot decode the LangGraph run state: {error}") from error
 
 
+CARRIED_STATE_KEY = "dex_langgraph_state"
+
+
+def with_carried_state(
+    produced: list[FrameworkMessage], values: Mapping[str, Any], serde: SerializerProtocol
+) -> list[FrameworkMessage]:
+    """Attach the graph's other state values to the turn's last stored item.
+
+    The session stores only messages; keeping the rest (custom ``state_schema`` fields a
+    ``Command`` updated, say) next to them lets the next turn start from the state a
+    checkpointed LangGraph thread would have.
+    """
+    if not values or not produced:
+        return produced
+    kind, data = serde.dumps_typed(dict(values))
+    last = produced[-1]
+    item = dict(last.framework_item)
+    item[CARRIED_STATE_KEY] = {"serde": kind, "data": base64.b64encode(data).decode("ascii")}
+    return [*produced[:-1], FrameworkMessage(role=last.role, framework_item=item, text=last.text)]
+
+
+def carried_state(
+    messages: Sequence[AgentMessage], keys: set[str], serde: SerializerProtocol
+) -> dict[str, Any]:
+    """The state values the latest turn attached with :func:`with_carried_state`."""
+    if not keys:
+        return {}
+    for stored in reversed(messages):
+        item = stored.framework_item
+        if isinstance(item, dict) and isinstance(item.get(CARRIED_STATE_KEY), dict):
+            raw = item[CARRIED_STATE_KEY]
+            try:
+                values = serde.loads_typed((raw["serde"], base64.b64decode(raw["data"])))
+            except (ValueError, KeyError, TypeError) as error:
+                raise RunStateError(f"cannot decode the carried graph state: {error}") from error
+            return {k: v for k, v in dict(values).items() if k in keys}
+    return {}
+
+
 def human_item(text: str) -> FrameworkMessage:
     """The stored item of a user message."""
     return to_framework_message(HumanMessage(content=text))

@@ -14,6 +14,7 @@ from dex_agents import (
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
+    ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
@@ -53,6 +54,7 @@ from dex_agents_langgraph._interrupts import (
 from dex_agents_langgraph._items import (
     RunState,
     RunStateError,
+    carried_state,
     cut_prefix,
     decode_run_state,
     encode_run_state,
@@ -64,6 +66,7 @@ from dex_agents_langgraph._items import (
     tool_output_text,
     tool_result_message,
     with_approved_arguments,
+    with_carried_state,
 )
 from dex_agents_langgraph._policies import tool_effect
 from dex_agents_langgraph._streaming import forward_message_chunk
@@ -73,8 +76,17 @@ class TooManyModelCallsError(RuntimeError):
     """The graph started more model calls in one RunModel Step than allowed."""
 
 
+class _NextModelNode(Exception):
+    """Another graph node starts a model call: the step ends before it (``ContinueTurn``)."""
+
+
 class _ModelCallGuard(BaseCallbackHandler):
-    """Counts model calls of one step, refuses the one too many, sums their usage."""
+    """Counts model calls of one step, stops the one too many, sums their usage.
+
+    A call past the limit from a node task that has not called the model in this step
+    stops the step before that node (the next RunModel Step runs it); one from a task that
+    already did (a node calling the model several times) fails it.
+    """
 
     raise_error = True
     # Not inline: LangChain leaves the other handlers' coroutines unawaited when an
@@ -85,25 +97,35 @@ class _ModelCallGuard(BaseCallbackHandler):
         self.limit = limit
         self.calls = 0
         self.usage = AgentUsage()
+        self.stopped_before_node = False
+        self._tasks: set[str] = set()
         self._lock = threading.Lock()
 
-    def _started(self) -> None:
+    def _started(self, metadata: Mapping[str, Any] | None) -> None:
+        task = str((metadata or {}).get("langgraph_checkpoint_ns", ""))
         with self._lock:
             self.calls += 1
             calls = self.calls
+            new_task = bool(task) and task not in self._tasks
+            if calls > self.limit and new_task:
+                self.calls -= 1
+                self.stopped_before_node = True
+                raise _NextModelNode(task)
+            self._tasks.add(task)
         if calls > self.limit:
             raise TooManyModelCallsError(
                 f"the graph started model call {calls} in one RunModel Step (limit "
-                f"{self.limit}); see max_model_calls_per_step"
+                f"{self.limit}) from a node that already called the model in this Step; "
+                "see max_model_calls_per_step"
             )
 
     def on_chat_model_start(
         self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
     ) -> None:
-        self._started()
+        self._started(kwargs.get("metadata"))
 
     def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any) -> None:
-        self._started()
+        self._started(kwargs.get("metadata"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         usage = AgentUsage(requests=1)
@@ -158,6 +180,31 @@ def _find_hitl(agent: Pregel[Any, Any, Any, Any]) -> dict[str, Any]:
             "use one middleware with every tool in its interrupt_on"
         )
     return found
+
+
+def _carried_keys(agent: Pregel[Any, Any, Any, Any], messages_key: str) -> set[str]:
+    """State keys besides the messages that the graph takes as input and keeps."""
+    try:
+        accepted = set(agent.get_input_jsonschema().get("properties", {}))
+    except Exception:
+        return set()
+    output = agent.output_channels
+    kept = {output} if isinstance(output, str) else set(output)
+    return (accepted & kept) - {messages_key}
+
+
+def _refuse_subgraph_agents(agent: Pregel[Any, Any, Any, Any]) -> None:
+    """Refuse a compiled agent used as a node: its calls would run inside one Step."""
+    for name, node in agent.nodes.items():
+        if isinstance(node.bound, Pregel) and _find_tool_nodes(node.bound):
+            raise ValueError(
+                f"node {name!r} is a compiled agent graph (it has a ToolNode) used as a "
+                "subgraph: its model and tool calls would run inside the outer graph's "
+                "node, not each in its own Step. Add its model node and its ToolNode to "
+                "the outer graph itself (a router or supervisor node next to them works: "
+                "each model node is its own RunModel Step), or give the agent its own "
+                "session"
+            )
 
 
 def _needs_state(nodes: Mapping[str, ToolNode]) -> bool:
@@ -220,11 +267,13 @@ class LangGraphRunner:
         context: Any = None,
     ) -> None:
         found = _find_tool_nodes(agent)
+        _refuse_subgraph_agents(agent)
         self._tool_nodes = found
         self._hitl = _find_hitl(agent)
         # Tools that read the state need the whole conversation in the run state (their
         # Step has no other copy of it); otherwise the stored messages are cut out of it.
         self._keep_history = _needs_state(found)
+        self._carried = _carried_keys(agent, messages_key)
         self.agent = agent
         self.tool_nodes = list(tool_nodes) if tool_nodes is not None else sorted(found)
         if not self.tool_nodes:
@@ -258,17 +307,28 @@ class LangGraphRunner:
         guard = _ModelCallGuard(self.max_model_calls_per_step)
         config = self._run_config(turn.flow_id, [guard])
         prefix = from_stored(turn.messages)
-        graph_input: Any = {self.messages_key: prefix}
+        graph_input: Any = {
+            **carried_state(turn.messages, self._carried, saver.serde),
+            self.messages_key: prefix,
+        }
         if turn.framework_run_state is not None:
             graph_input = await self._resume(graph, saver, config, turn, prefix)
 
         while True:
-            async for item in graph.astream(
-                graph_input, config, stream_mode="messages", context=self.context
-            ):
-                chunk = item[0] if isinstance(item, tuple) else item
-                if isinstance(chunk, BaseMessage):
-                    forward_message_chunk(turn.events, chunk)
+            try:
+                async for item in graph.astream(
+                    graph_input, config, stream_mode="messages", context=self.context
+                ):
+                    chunk = item[0] if isinstance(item, tuple) else item
+                    if isinstance(chunk, BaseMessage):
+                        forward_message_chunk(turn.events, chunk)
+            except _NextModelNode:
+                if not guard.stopped_before_node:
+                    raise
+            except Exception as error:
+                # LangGraph may wrap a callback's exception; the stop is ours all the same.
+                if not guard.stopped_before_node or not _caused_by_stop(error):
+                    raise
             snapshot = await graph.aget_state(config)
             messages: list[BaseMessage] = list(snapshot.values.get(self.messages_key) or [])
             calls = pending_tool_calls(messages)
@@ -287,10 +347,21 @@ class LangGraphRunner:
                 continue
             break
 
+        if guard.stopped_before_node:
+            # Another model node comes next: it runs in the next RunModel Step.
+            return ContinueTurn(
+                framework_run_state=await self._run_state(saver, config, prefix, []),
+                usage=guard.usage,
+                reason="next_node",
+            )
         if not snapshot.next:
             known = {m.id for m in prefix}
             produced = [to_framework_message(m) for m in messages if m.id not in known]
-            return TurnCompleted(new_messages=produced, usage=guard.usage)
+            values = {k: v for k, v in snapshot.values.items() if k in self._carried}
+            return TurnCompleted(
+                new_messages=with_carried_state(produced, values, saver.serde),
+                usage=guard.usage,
+            )
 
         if snapshot.interrupts:
             deferred = self._interrupt_calls(turn, snapshot, calls)
@@ -305,20 +376,8 @@ class LangGraphRunner:
             if not calls:
                 raise RuntimeError(f"the graph stopped before {stopped} with no pending tool call")
             deferred = [self._deferred(turn, call, gated=False) for call in calls]
-        stored = await saver.aget_tuple(config)
-        if stored is None:
-            raise RuntimeError("the graph stopped but left no checkpoint")
-        cut = [] if self._keep_history else prefix
-        state = RunState(
-            checkpoint=cut_prefix(stored.checkpoint, cut, self.messages_key),
-            metadata=stored.metadata,
-            writes=[tuple(w) for w in stored.pending_writes or []],
-            prefix_count=len(cut),
-            prefix_last_id=cut[-1].id if cut else None,
-            tool_nodes=stopped_at,
-        )
         return ToolCallsRequested(
-            framework_run_state=encode_run_state(state, saver.serde),
+            framework_run_state=await self._run_state(saver, config, prefix, stopped_at),
             tool_calls=deferred,
             usage=guard.usage,
         )
@@ -385,6 +444,27 @@ class LangGraphRunner:
         return ToolExecutionResult(output=tool_output_text(result))
 
     # ------------------------------------------------------------------ helpers
+
+    async def _run_state(
+        self,
+        saver: InMemorySaver,
+        config: RunnableConfig,
+        prefix: Sequence[BaseMessage],
+        stopped_at: list[str],
+    ) -> str:
+        stored = await saver.aget_tuple(config)
+        if stored is None:
+            raise RuntimeError("the graph stopped but left no checkpoint")
+        cut = [] if self._keep_history else prefix
+        state = RunState(
+            checkpoint=cut_prefix(stored.checkpoint, cut, self.messages_key),
+            metadata=stored.metadata,
+            writes=[tuple(w) for w in stored.pending_writes or []],
+            prefix_count=len(cut),
+            prefix_last_id=cut[-1].id if cut else None,
+            tool_nodes=stopped_at,
+        )
+        return encode_run_state(state, saver.serde)
 
     def _graph(self, saver: InMemorySaver) -> Pregel[Any, Any, Any, Any]:
         return self.agent.copy(
@@ -528,7 +608,8 @@ class LangGraphRunner:
                     if record.status is ToolCallStatus.SUCCEEDED and record.output
                     else None
                 )
-        return Command(resume=answers)
+        # No interrupt pending: the state stopped before another model node.
+        return Command(resume=answers) if answers else None
 
     async def _write_results(
         self,
@@ -584,6 +665,15 @@ class LangGraphRunner:
 
 
 _SERDE = InMemorySaver().serde
+
+
+def _caused_by_stop(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, _NextModelNode):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _is_hitl_request(value: Any) -> bool:
