@@ -229,7 +229,9 @@ class ShapeDesk:
             return "billing"
         if call.turn_index == 1:
             if self.shape == STATE_TOOLS and call.call_index == 0:
-                return FakeReply(text="Checking notes.", tool_calls=[FakeToolCall(name="list_notes")])
+                return FakeReply(
+                    text="Checking notes.", tool_calls=[FakeToolCall(name="list_notes")]
+                )
             seen = [m.type for m in call.messages]
             return f"turn 2 saw {seen}; {results}"
         if self.shape == TOOL_INTERRUPT:
@@ -372,9 +374,13 @@ def build_flow(shape: str, state_dir: Path, gates: Sequence[str] = ()) -> AgentS
     policies: dict[str, ToolPolicy] = {}
     if shape == TOOL_INTERRUPT:
         # The customer's answer is the go-ahead; Dex asks no separate approval.
-        policies["issue_refund"] = ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False)
+        policies["issue_refund"] = ToolPolicy(
+            ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False
+        )
     options = AgentSessionOptions(tool_policies=policies)
-    return AgentSessionFlow(LangGraphRunner(desk.graph()), flow_type=flow_type(shape), options=options)
+    return AgentSessionFlow(
+        LangGraphRunner(desk.graph()), flow_type=flow_type(shape), options=options
+    )
 
 
 def flow_from_env() -> AgentSessionFlow:

@@ -97,23 +97,26 @@ async def run_in_tool_node(
     builder = StateGraph(_ToolRun)
     builder.add_node("tool", cast(Any, call_tool))
     builder.add_edge(START, "tool")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    # With answers, stop before the tool so that each answer resumes one run of it, as
+    # ``Command(resume=...)`` does in LangGraph: the tool does not run an extra time.
+    graph = builder.compile(
+        checkpointer=InMemorySaver(), interrupt_before=["tool"] if answers else None
+    )
     run_config: Any = {
         **config,
         "configurable": {**config.get("configurable", {}), "thread_id": "tool"},
     }
     result = await graph.ainvoke({"out": None}, run_config, context=context)
-    asked = 0
-    while "__interrupt__" in result:
-        pending: list[Interrupt] = list(result["__interrupt__"])
-        asked += 1
-        if asked > len(answers):
-            first = pending[0]
-            raise ToolInputRequired(
-                question_for(first.value, f"interrupt-{asked}", first.response_schema)
-            )
-        value = resume_value(answers[asked - 1])
-        result = await graph.ainvoke(Command(resume=value), run_config, context=context)
+    for answer in answers:
+        result = await graph.ainvoke(
+            Command(resume=resume_value(answer)), run_config, context=context
+        )
+        if "__interrupt__" not in result:
+            break
+    if "__interrupt__" in result:
+        first: Interrupt = list(result["__interrupt__"])[0]
+        key = f"interrupt-{len(answers) + 1}"
+        raise ToolInputRequired(question_for(first.value, key, first.response_schema))
     return _outputs(result["out"])
 
 
