@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -375,7 +374,7 @@ class LangGraphRunner:
                 )
             if not calls:
                 raise RuntimeError(f"the graph stopped before {stopped} with no pending tool call")
-            deferred = [self._deferred(turn, call, gated=False) for call in calls]
+            deferred = [self._deferred(turn, call, gated=None) for call in calls]
         return ToolCallsRequested(
             framework_run_state=await self._run_state(saver, config, prefix, stopped_at),
             tool_calls=deferred,
@@ -482,12 +481,15 @@ class LangGraphRunner:
             "callbacks": callbacks,
         }
 
-    def _deferred(self, turn: AgentTurnContext, call: ToolCall, *, gated: bool) -> DeferredToolCall:
+    def _deferred(
+        self, turn: AgentTurnContext, call: ToolCall, *, gated: bool | None
+    ) -> DeferredToolCall:
+        # gated: whether a human-in-the-loop middleware asks about the call (its
+        # approval decision), None without such a middleware.
         name = call["name"]
-        policy = turn.resolve_tool_policy(name, tool_effect(self.tools.get(name)))
-        if gated and policy.requires_approval is None:
-            # The human-in-the-loop middleware asks about this call: a Dex approval.
-            policy = dataclasses.replace(policy, requires_approval=True)
+        policy = turn.resolve_tool_policy(
+            name, tool_effect(self.tools.get(name)), framework_requires_approval=gated
+        )
         return DeferredToolCall(
             tool_call_id=call.get("id") or "",
             tool_name=name,
@@ -638,7 +640,11 @@ class LangGraphRunner:
                 )
                 continue
             results.append(self._result_message(call, record))
-        edited = with_approved_arguments(messages, turn.tool_calls)
+        # The middleware keeps the model's call in the AI message and tells the model of
+        # the edit in the result; other approved edits show the call that ran.
+        gated = {name for hitl in self._hitl.values() for name in hitl.interrupt_on}
+        records = {k: r for k, r in turn.tool_calls.items() if r.tool_name not in gated}
+        edited = with_approved_arguments(messages, records)
         if edited is not None:
             # Like LangGraph's own "edit" decision: the AI message (same ID, so the
             # messages reducer replaces it) now asks for the arguments that ran.
