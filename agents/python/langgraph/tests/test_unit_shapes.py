@@ -1,0 +1,95 @@
+"""What the adapter refuses at registration, and how a question's answer reaches a tool."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from dex_agents import (
+    ToolCallsRequested,
+    ToolCallStatus,
+    ToolEffect,
+    ToolExecutionError,
+    ToolInputAnswer,
+    ToolInputRequired,
+)
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import interrupt
+
+from dex_agents_langgraph import (
+    FakeReply,
+    FakeToolCall,
+    LangGraphRunner,
+    ScriptedChatModel,
+    with_effect,
+)
+from dex_agents_langgraph._interrupts import DECLINED_ERROR
+from tests.unit_helpers import Events, execution, record, stored, turn_context
+
+
+@tool
+def lookup(order_id: int) -> str:
+    """Look up an order."""
+    return f"order {order_id}"
+
+
+@tool
+def ask(question: str) -> str:
+    """Ask the customer."""
+    answer = interrupt({"question": question})
+    return f"answer: {answer['text']}"
+
+
+def test_per_call_human_in_the_loop_is_refused_naming_batched_mode() -> None:
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"lookup": True}, interrupt_mode="per_call")
+    agent = create_agent(
+        ScriptedChatModel(script=lambda c: "hi"), tools=[lookup], middleware=[hitl]
+    )
+    with pytest.raises(ValueError, match=r"interrupt_mode='batched' \(the default\)"):
+        LangGraphRunner(agent)
+
+
+def test_a_compiled_agent_as_a_subgraph_is_refused_naming_the_flat_graph() -> None:
+    inner = create_agent(ScriptedChatModel(script=lambda c: "hi"), tools=[lookup])
+    outer = StateGraph(MessagesState)
+    outer.add_node("support", inner)
+    outer.add_edge(START, "support")
+    with pytest.raises(ValueError, match="Add its model node and its ToolNode to the outer graph"):
+        LangGraphRunner(outer.compile())
+
+
+async def test_a_question_asked_inside_a_tool_resumes_with_the_answer() -> None:
+    with_effect(ask, ToolEffect.READ)
+    model = ScriptedChatModel(
+        script=lambda c: FakeReply(tool_calls=[FakeToolCall(name="ask", args={"question": "Why?"})])
+    )
+    runner = LangGraphRunner(create_agent(model, tools=[ask]))
+    events = Events()
+    history = stored([runner.build_user_message("hi")])
+    outcome = await runner.run_model_step(turn_context(history, events=events))
+    assert isinstance(outcome, ToolCallsRequested)
+    [call] = outcome.tool_calls
+    pending = record(call, 0, ToolCallStatus.PENDING)
+    first = dataclasses.replace(
+        execution(pending, events), framework_run_state=outcome.framework_run_state
+    )
+    with pytest.raises(ToolInputRequired) as asked:
+        await runner.execute_deferred_tool_call(first)
+    assert asked.value.question.message == "Why?"
+    assert asked.value.question.key == "interrupt-1"
+
+    answered = dataclasses.replace(
+        first,
+        answers=(ToolInputAnswer(key="interrupt-1", action="accept", content={"text": "because"}),),
+    )
+    result = await runner.execute_deferred_tool_call(answered)
+    assert result.output == "answer: because"
+
+    declined = dataclasses.replace(
+        first, answers=(ToolInputAnswer(key="interrupt-1", action="decline"),)
+    )
+    with pytest.raises(ToolExecutionError, match=DECLINED_ERROR):
+        await runner.execute_deferred_tool_call(declined)
