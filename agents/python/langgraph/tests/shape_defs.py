@@ -15,6 +15,9 @@ with a ``ToolNode`` (several model nodes in one turn).
 ``node_interrupt``: a ``StateGraph`` whose review node calls ``interrupt()`` after the
 model drafted a reply.
 
+``subgraph``: a ``StateGraph`` with a triage model node and a ``create_agent`` agent
+added as a node (a subgraph).
+
 The same ``ShapeDesk`` runs under Dex (a Worker child: ``flow_from_env``) and plainly with
 LangGraph (``control_run``: an in-memory checkpointer and ``Command(resume=...)``), so a
 test compares the conversations and states. The models are stateless scripts.
@@ -65,7 +68,8 @@ STATE_TOOLS = "state_tools"
 HITL = "hitl"
 ROUTER = "router"
 NODE_INTERRUPT = "node_interrupt"
-SHAPES = (TOOL_INTERRUPT, STATE_TOOLS, HITL, ROUTER, NODE_INTERRUPT)
+SUBGRAPH = "subgraph"
+SHAPES = (TOOL_INTERRUPT, STATE_TOOLS, HITL, ROUTER, NODE_INTERRUPT, SUBGRAPH)
 
 FIRST_PROMPT = "My order 1042 arrived broken, please refund it"
 SECOND_PROMPT = "What did you do about my order?"
@@ -271,7 +275,7 @@ class ShapeDesk:
                     ],
                 )
             return f"done: {results}"
-        if self.shape == ROUTER:
+        if self.shape in (ROUTER, SUBGRAPH):
             if call.call_index == 0:
                 return FakeReply(
                     text="Billing here.",
@@ -316,6 +320,8 @@ class ShapeDesk:
             )
         if self.shape == ROUTER:
             return self._router(checkpointer)
+        if self.shape == SUBGRAPH:
+            return self._with_subgraph(checkpointer)
         return self._reviewed(checkpointer)
 
     def _router(self, checkpointer: Any) -> Any:
@@ -339,6 +345,24 @@ class ShapeDesk:
         builder.add_conditional_edges("triage", lambda s: s["route"], {"billing": "billing"})
         builder.add_conditional_edges("billing", tools_condition, {"tools": "tools", END: END})
         builder.add_edge("tools", "billing")
+        return builder.compile(checkpointer=checkpointer)
+
+    def _with_subgraph(self, checkpointer: Any) -> Any:
+        triage_model = self.model("triage")
+        billing = create_agent(
+            self.model("billing"), tools=self.pick(["lookup_order", "issue_refund"])
+        )
+
+        async def triage(state: RouterState) -> dict[str, Any]:
+            decision = await triage_model.ainvoke(state["messages"])
+            return {"route": str(decision.text)}
+
+        builder = StateGraph(RouterState)
+        builder.add_node("triage", triage)
+        builder.add_node("billing", billing)
+        builder.add_edge(START, "triage")
+        builder.add_conditional_edges("triage", lambda s: s["route"], {"billing": "billing"})
+        builder.add_edge("billing", END)
         return builder.compile(checkpointer=checkpointer)
 
     def _reviewed(self, checkpointer: Any) -> Any:

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dex_agents import (
     AgentInterrupt,
     AgentSessionClient,
@@ -49,6 +50,7 @@ from tests.shape_defs import (
     SHAPE_ENV,
     STATE_DIR_ENV,
     STATE_TOOLS,
+    SUBGRAPH,
     TOOL_INTERRUPT,
     ShapeDesk,
     build_flow,
@@ -237,11 +239,14 @@ async def test_human_in_the_loop_middleware_decisions_are_dex_approvals(tmp_path
         await check_against_control(d, HITL, "hl", tmp_path, tool_steps=2)
 
 
+@pytest.mark.parametrize("shape", [ROUTER, SUBGRAPH])
 async def test_a_router_and_an_agent_node_each_make_their_own_model_steps(
-    tmp_path: Path,
+    tmp_path: Path, shape: str
 ) -> None:
+    # ROUTER: the agent node is a model node next to a ToolNode; SUBGRAPH: it is a
+    # create_agent graph added as a node.
     gate = "model-billing-0-0"
-    async with shape_stack(tmp_path, ROUTER, [gate]) as d:
+    async with shape_stack(tmp_path, shape, [gate]) as d:
         worker = await d.stack.start_worker()
         await d.sessions.start_session("rt", FIRST_PROMPT)
         worker = await d.kill_at_gate(worker, gate)  # inside the second model node's call

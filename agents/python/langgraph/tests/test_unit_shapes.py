@@ -52,12 +52,15 @@ def test_per_call_human_in_the_loop_is_refused_naming_batched_mode() -> None:
         LangGraphRunner(agent)
 
 
-def test_a_compiled_agent_as_a_subgraph_is_refused_naming_the_flat_graph() -> None:
+def test_an_agent_nested_two_levels_deep_is_refused_naming_the_flat_graph() -> None:
     inner = create_agent(ScriptedChatModel(script=lambda c: "hi"), tools=[lookup])
+    middle = StateGraph(MessagesState)
+    middle.add_node("support", inner)
+    middle.add_edge(START, "support")
     outer = StateGraph(MessagesState)
-    outer.add_node("support", inner)
-    outer.add_edge(START, "support")
-    with pytest.raises(ValueError, match="Add its model node and its ToolNode to the outer graph"):
+    outer.add_node("desk", middle.compile())
+    outer.add_edge(START, "desk")
+    with pytest.raises(ValueError, match="add 'support' to the outer graph itself"):
         LangGraphRunner(outer.compile())
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents import (
@@ -140,8 +140,10 @@ class RunState:
         prefix_count: how many stored messages were cut (they are restored from the
             session's messages).
         prefix_last_id: the ID of the last cut message, to detect a mismatch.
-        tool_nodes: the nodes the graph stopped before (tool nodes or a human-in-the-loop
-            middleware node), or empty when it stopped at ``interrupt()`` calls.
+        tool_nodes: the tool nodes the graph (or an agent node of it) stopped before, or
+            empty when it stopped at ``interrupt()`` calls or before another model node.
+        subgraphs: the latest checkpoint of each agent node's own namespace, as
+            ``(checkpoint_ns, checkpoint, metadata, writes)``.
 
     """
 
@@ -151,6 +153,9 @@ class RunState:
     prefix_count: int
     prefix_last_id: str | None
     tool_nodes: list[str]
+    subgraphs: list[tuple[str, Checkpoint, CheckpointMetadata, list[tuple[str, str, Any]]]] = field(
+        default_factory=list
+    )
 
 
 def cut_prefix(
@@ -185,7 +190,12 @@ def restore_prefix(
 def encode_run_state(state: RunState, serde: SerializerProtocol) -> str:
     """Encode the run state as JSON text (the checkpoint itself as base64 msgpack)."""
     kind, data = serde.dumps_typed(
-        {"checkpoint": state.checkpoint, "metadata": state.metadata, "writes": state.writes}
+        {
+            "checkpoint": state.checkpoint,
+            "metadata": state.metadata,
+            "writes": state.writes,
+            "subgraphs": [list(entry) for entry in state.subgraphs],
+        }
     )
     return json.dumps(
         {
@@ -219,6 +229,10 @@ def decode_run_state(text: str, serde: SerializerProtocol) -> RunState:
             prefix_count=int(raw["prefix_count"]),
             prefix_last_id=raw["prefix_last_id"],
             tool_nodes=list(raw["tool_nodes"]),
+            subgraphs=[
+                (ns, checkpoint, metadata, [tuple(w) for w in writes])
+                for ns, checkpoint, metadata, writes in bundle.get("subgraphs", [])
+            ],
         )
     except RunStateError:
         raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
@@ -192,18 +193,36 @@ def _carried_keys(agent: Pregel[Any, Any, Any, Any], messages_key: str) -> set[s
     return (accepted & kept) - {messages_key}
 
 
-def _refuse_subgraph_agents(agent: Pregel[Any, Any, Any, Any]) -> None:
-    """Refuse a compiled agent used as a node: its calls would run inside one Step."""
+def _holds_agent(graph: Pregel[Any, Any, Any, Any]) -> bool:
+    return bool(_find_tool_nodes(graph)) or any(
+        isinstance(n.bound, Pregel) and _holds_agent(n.bound) for n in graph.nodes.values()
+    )
+
+
+def _find_subgraph_agents(
+    agent: Pregel[Any, Any, Any, Any],
+) -> dict[str, Pregel[Any, Any, Any, Any]]:
+    """Nodes that are compiled agents (graphs with a ``ToolNode``), one level deep.
+
+    Raises:
+        ValueError: such a subgraph itself nests an agent.
+
+    """
+    found: dict[str, Pregel[Any, Any, Any, Any]] = {}
     for name, node in agent.nodes.items():
-        if isinstance(node.bound, Pregel) and _find_tool_nodes(node.bound):
-            raise ValueError(
-                f"node {name!r} is a compiled agent graph (it has a ToolNode) used as a "
-                "subgraph: its model and tool calls would run inside the outer graph's "
-                "node, not each in its own Step. Add its model node and its ToolNode to "
-                "the outer graph itself (a router or supervisor node next to them works: "
-                "each model node is its own RunModel Step), or give the agent its own "
-                "session"
-            )
+        bound = node.bound
+        if not isinstance(bound, Pregel):
+            continue
+        for inner_name, inner in bound.nodes.items():
+            if isinstance(inner.bound, Pregel) and _holds_agent(inner.bound):
+                raise ValueError(
+                    f"node {name!r} nests the agent {inner_name!r} two levels deep; "
+                    "agents are supported as direct nodes of the session's graph: add "
+                    f"{inner_name!r} to the outer graph itself"
+                )
+        if _find_tool_nodes(bound):
+            found[name] = bound
+    return found
 
 
 def _needs_state(nodes: Mapping[str, ToolNode]) -> bool:
@@ -266,19 +285,26 @@ class LangGraphRunner:
         context: Any = None,
     ) -> None:
         found = _find_tool_nodes(agent)
-        _refuse_subgraph_agents(agent)
-        self._tool_nodes = found
+        self._subgraphs = _find_subgraph_agents(agent)
+        inner_nodes = {
+            f"{name}/{tool_node}": bound
+            for name, sub in self._subgraphs.items()
+            for tool_node, bound in _find_tool_nodes(sub).items()
+        }
+        self._inner_tool_nodes = sorted({n.split("/", 1)[1] for n in inner_nodes})
+        found_all = {**found, **inner_nodes}
+        self._tool_nodes = found_all
         self._hitl = _find_hitl(agent)
         # Tools that read the state need the whole conversation in the run state (their
         # Step has no other copy of it); otherwise the stored messages are cut out of it.
-        self._keep_history = _needs_state(found)
+        self._keep_history = _needs_state(found_all)
         self._carried = _carried_keys(agent, messages_key)
         self.agent = agent
         self.tool_nodes = list(tool_nodes) if tool_nodes is not None else sorted(found)
-        if not self.tool_nodes:
+        if not self.tool_nodes and not self._subgraphs:
             raise ValueError("the graph has no ToolNode; pass tool_nodes= to name its tool nodes")
         by_name: dict[str, BaseTool] = {}
-        for node in found.values():
+        for node in found_all.values():
             by_name.update(node.tools_by_name)
         by_name.update({tool.name: tool for tool in tools})
         self.tools: Mapping[str, BaseTool] = by_name
@@ -328,20 +354,22 @@ class LangGraphRunner:
                 # LangGraph may wrap a callback's exception; the stop is ours all the same.
                 if not guard.stopped_before_node or not _caused_by_stop(error):
                     raise
-            snapshot = await graph.aget_state(config)
+            snapshot, stop = await self._stop_point(graph, config)
             messages: list[BaseMessage] = list(snapshot.values.get(self.messages_key) or [])
-            calls = pending_tool_calls(messages)
-            stopped = sorted(set(snapshot.next))
+            inner_messages: list[BaseMessage] = list(stop.values.get(self.messages_key) or [])
+            calls = pending_tool_calls(inner_messages)
+            stopped = stop.next
             if (
                 not snapshot.interrupts
-                and stopped
-                and set(stopped) <= set(self.tool_nodes)
+                and self._is_tool_stop(stop)
                 and calls
                 and all((c.get("id") or "") in turn.tool_calls for c in calls)
             ):
                 # Calls the session already ran (approved through the middleware): give
                 # the graph their results and let it go on.
-                await self._write_results(graph, config, turn, messages, stopped[0], saver)
+                await self._write_results(
+                    graph, stop.config, turn, inner_messages, stopped[0], saver
+                )
                 graph_input = None
                 continue
             break
@@ -367,7 +395,7 @@ class LangGraphRunner:
             stopped_at: list[str] = []
         else:
             stopped_at = stopped
-            if not set(stopped) <= set(self.tool_nodes):
+            if not self._is_tool_stop(stop):
                 raise RuntimeError(
                     f"the graph stopped before {stopped}: only stops before tool nodes "
                     f"{self.tool_nodes} and interrupt() calls are supported"
@@ -455,6 +483,16 @@ class LangGraphRunner:
         if stored is None:
             raise RuntimeError("the graph stopped but left no checkpoint")
         cut = [] if self._keep_history else prefix
+        # Agent nodes keep checkpoints of their own, one namespace each: the latest of each.
+        latest: dict[str, Any] = {}
+        thread = config.get("configurable", {}).get("thread_id")
+        async for found in saver.alist({"configurable": {"thread_id": thread}}):
+            namespace = found.config["configurable"].get("checkpoint_ns", "")
+            if not namespace:
+                continue
+            best = latest.get(namespace)
+            if best is None or found.checkpoint["id"] > best.checkpoint["id"]:
+                latest[namespace] = found
         state = RunState(
             checkpoint=cut_prefix(stored.checkpoint, cut, self.messages_key),
             metadata=stored.metadata,
@@ -462,17 +500,51 @@ class LangGraphRunner:
             prefix_count=len(cut),
             prefix_last_id=cut[-1].id if cut else None,
             tool_nodes=stopped_at,
+            subgraphs=[
+                (ns, t.checkpoint, t.metadata, [tuple(w) for w in t.pending_writes or []])
+                for ns, t in sorted(latest.items())
+            ],
         )
         return encode_run_state(state, saver.serde)
 
     def _graph(self, saver: InMemorySaver) -> Pregel[Any, Any, Any, Any]:
-        return self.agent.copy(
-            update={
-                "checkpointer": saver,
-                "interrupt_before_nodes": self.tool_nodes,
-                "interrupt_after_nodes": [],
-            }
-        )
+        update: dict[str, Any] = {
+            "checkpointer": saver,
+            "interrupt_before_nodes": self.tool_nodes,
+            "interrupt_after_nodes": [],
+        }
+        if self._subgraphs:
+            # An agent used as a node stops before its own tool nodes, inside the node.
+            nodes = dict(self.agent.nodes)
+            for name, sub in self._subgraphs.items():
+                stopping = sub.copy(
+                    update={
+                        "interrupt_before_nodes": sorted(_find_tool_nodes(sub)),
+                        "interrupt_after_nodes": [],
+                    }
+                )
+                nodes[name] = nodes[name].copy(update={"bound": stopping})
+            update["nodes"] = nodes
+        return self.agent.copy(update=update)
+
+    async def _stop_point(
+        self, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig
+    ) -> tuple[StateSnapshot, _Stop]:
+        """The graph's state and where it stopped: at the top or inside an agent node."""
+        snapshot = await graph.aget_state(config, subgraphs=bool(self._subgraphs))
+        stop = _Stop(config, sorted(set(snapshot.next)), dict(snapshot.values), inner=False)
+        if not snapshot.interrupts:
+            for task in snapshot.tasks:
+                inner = task.state
+                if task.name in self._subgraphs and isinstance(inner, StateSnapshot) and inner.next:
+                    stop = _Stop(
+                        inner.config, sorted(set(inner.next)), dict(inner.values), inner=True
+                    )
+        return snapshot, stop
+
+    def _is_tool_stop(self, stop: _Stop) -> bool:
+        names = self._inner_tool_nodes if stop.inner else self.tool_nodes
+        return bool(stop.next) and set(stop.next) <= set(names)
 
     def _run_config(self, thread_id: str, callbacks: list[Any]) -> RunnableConfig:
         return {
@@ -544,8 +616,8 @@ class LangGraphRunner:
         config = self._run_config(call.flow_id, [])
         state = decode_run_state(call.framework_run_state, saver.serde)
         await self._restore(saver, call.flow_id, state, [])
-        snapshot = await graph.aget_state(config)
-        return dict(snapshot.values)
+        _, stop = await self._stop_point(graph, config)
+        return stop.values
 
     async def _restore(
         self,
@@ -564,6 +636,16 @@ class LangGraphRunner:
             by_task.setdefault(task_id, []).append((channel, value))
         for task_id, writes in by_task.items():
             await saver.aput_writes(saved, writes, task_id)
+        for namespace, inner, metadata, inner_writes in state.subgraphs:
+            place: RunnableConfig = {
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}
+            }
+            put = await saver.aput(place, inner, metadata, inner["channel_versions"])
+            grouped: dict[str, list[tuple[str, Any]]] = {}
+            for task_id, channel, value in inner_writes:
+                grouped.setdefault(task_id, []).append((channel, value))
+            for task_id, writes in grouped.items():
+                await saver.aput_writes(put, writes, task_id)
 
     async def _resume(
         self,
@@ -581,14 +663,15 @@ class LangGraphRunner:
             if state.prefix_count != len(prefix) or state.prefix_last_id != last_id:
                 raise RunStateError("the run state does not match the session's stored messages")
         await self._restore(saver, turn.flow_id, state, prefix)
-        snapshot = await graph.aget_state(config)
+        snapshot, stop = await self._stop_point(graph, config)
         messages = list(snapshot.values.get(self.messages_key) or [])
         if state.tool_nodes:
             if len(state.tool_nodes) != 1:
                 raise RunStateError(
                     f"the graph stopped before several tool nodes {state.tool_nodes}"
                 )
-            await self._write_results(graph, config, turn, messages, state.tool_nodes[0], saver)
+            inner = list(stop.values.get(self.messages_key) or [])
+            await self._write_results(graph, stop.config, turn, inner, state.tool_nodes[0], saver)
             return None
         answers: dict[str, Any] = {}
         for task in snapshot.tasks:
@@ -671,6 +754,16 @@ class LangGraphRunner:
 
 
 _SERDE = InMemorySaver().serde
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """Where the graph stopped: the config to write tool results to, and that graph's state."""
+
+    config: RunnableConfig
+    next: list[str]
+    values: dict[str, Any]
+    inner: bool
 
 
 def _caused_by_stop(error: BaseException) -> bool:
