@@ -8,6 +8,7 @@ tool, a ``ToolRuntime`` tool returning ``Command(update=...)``, and a ``ToolRunt
 reading the updated state in the next turn.
 
 ``hitl``: ``create_agent`` with ``HumanInTheLoopMiddleware`` (approve / edit / reject).
+``hitl_per_call``: the same with ``interrupt_mode="per_call"``.
 
 ``router``: a ``StateGraph`` with a triage model node routing to a billing model node
 with a ``ToolNode`` (several model nodes in one turn).
@@ -69,7 +70,8 @@ HITL = "hitl"
 ROUTER = "router"
 NODE_INTERRUPT = "node_interrupt"
 SUBGRAPH = "subgraph"
-SHAPES = (TOOL_INTERRUPT, STATE_TOOLS, HITL, ROUTER, NODE_INTERRUPT, SUBGRAPH)
+HITL_PER_CALL = "hitl_per_call"
+SHAPES = (TOOL_INTERRUPT, STATE_TOOLS, HITL, HITL_PER_CALL, ROUTER, NODE_INTERRUPT, SUBGRAPH)
 
 FIRST_PROMPT = "My order 1042 arrived broken, please refund it"
 SECOND_PROMPT = "What did you do about my order?"
@@ -264,7 +266,7 @@ class ShapeDesk:
                     ],
                 )
             return f"done: {results}"
-        if self.shape == HITL:
+        if self.shape in (HITL, HITL_PER_CALL):
             if call.call_index == 0:
                 return FakeReply(
                     text="On it.",
@@ -305,12 +307,13 @@ class ShapeDesk:
                 state_schema=DeskState,
                 checkpointer=checkpointer,
             )
-        if self.shape == HITL:
+        if self.shape in (HITL, HITL_PER_CALL):
             hitl = HumanInTheLoopMiddleware(
                 interrupt_on={
                     "issue_refund": True,
                     "add_note": {"allowed_decisions": ["approve", "reject"]},
-                }
+                },
+                interrupt_mode="per_call" if self.shape == HITL_PER_CALL else "batched",
             )
             return create_agent(
                 self.model("agent"),
@@ -415,6 +418,12 @@ def flow_from_env() -> AgentSessionFlow:
 def _resume_for(value: Any) -> Any:
     if isinstance(value, dict) and "action_requests" in value:
         return HITL_DECISIONS
+    if isinstance(value, dict) and value.get("type") == "tool_approval":
+        by_name = {
+            "issue_refund": HITL_DECISIONS["decisions"][0],
+            "add_note": HITL_DECISIONS["decisions"][1],
+        }
+        return by_name[value["name"]]
     if isinstance(value, dict) and value.get("question") == "Send this reply?":
         return REVIEW_ANSWER
     return CUSTOMER_ANSWER

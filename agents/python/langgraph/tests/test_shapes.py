@@ -41,6 +41,7 @@ from tests.shape_defs import (
     FIRST_PROMPT,
     GATES_ENV,
     HITL,
+    HITL_PER_CALL,
     MODEL_KIND,
     NODE_INTERRUPT,
     NOTE_REJECTION,
@@ -211,9 +212,12 @@ async def test_injected_state_runtime_and_command_tools_keep_their_state(tmp_pat
         assert values["notes"] == ["prefers email"]
 
 
-async def test_human_in_the_loop_middleware_decisions_are_dex_approvals(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", [HITL, HITL_PER_CALL])
+async def test_human_in_the_loop_middleware_decisions_are_dex_approvals(
+    tmp_path: Path, shape: str
+) -> None:
     gate = "model-agent-1-0"
-    async with shape_stack(tmp_path, HITL, [gate]) as d:
+    async with shape_stack(tmp_path, shape, [gate]) as d:
         worker = await d.stack.start_worker()
         await d.sessions.start_session("hl", FIRST_PROMPT)
         pending = await d.interrupts("hl", 2, InterruptKind.APPROVAL)
@@ -236,7 +240,7 @@ async def test_human_in_the_loop_middleware_decisions_are_dex_approvals(tmp_path
         assert read_lines(d.state_dir / "refunds.txt") == ["1042:100"]
         assert d.desk_log.count(tool_kind("issue_refund")) == 1
         assert d.desk_log.count(tool_kind("add_note")) == 0
-        await check_against_control(d, HITL, "hl", tmp_path, tool_steps=2)
+        await check_against_control(d, shape, "hl", tmp_path, tool_steps=2)
 
 
 @pytest.mark.parametrize("shape", [ROUTER, SUBGRAPH])

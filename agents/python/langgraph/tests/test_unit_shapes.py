@@ -43,12 +43,16 @@ def ask(question: str) -> str:
     return f"answer: {answer['text']}"
 
 
-def test_per_call_human_in_the_loop_is_refused_naming_batched_mode() -> None:
-    hitl = HumanInTheLoopMiddleware(interrupt_on={"lookup": True}, interrupt_mode="per_call")
+def test_two_human_in_the_loop_middlewares_are_refused_naming_one() -> None:
+    class SecondReview(HumanInTheLoopMiddleware):
+        """A second review step (its node name is the class name)."""
+
+    first = HumanInTheLoopMiddleware(interrupt_on={"lookup": True})
+    second = SecondReview(interrupt_on={"lookup": True})
     agent = create_agent(
-        ScriptedChatModel(script=lambda c: "hi"), tools=[lookup], middleware=[hitl]
+        ScriptedChatModel(script=lambda c: "hi"), tools=[lookup], middleware=[first, second]
     )
-    with pytest.raises(ValueError, match=r"interrupt_mode='batched' \(the default\)"):
+    with pytest.raises(ValueError, match="use one middleware with every tool in its interrupt_on"):
         LangGraphRunner(agent)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, cast
 
 from dex_agents import ToolExecutionError, ToolInputAnswer, ToolInputRequired, ToolQuestion
@@ -81,13 +81,16 @@ async def run_in_tool_node(
     *,
     config: dict[str, Any],
     context: Any,
+    auto: Callable[[Any], Any] | None = None,
 ) -> list[ToolMessage | Command[Any]]:
     """Run one call through the graph's own ``ToolNode`` inside a one-node graph.
 
     The ``ToolNode`` injects ``InjectedState`` / ``ToolRuntime`` arguments from ``state``
     and applies the agent's ``wrap_tool_call`` middleware; the one-node graph gives
     ``interrupt()`` the run it needs. Each recorded answer resumes the next interrupt in
-    order; an interrupt with no answer left raises ``ToolInputRequired``.
+    order; an interrupt with no answer left raises ``ToolInputRequired``. ``auto`` answers
+    the interrupts it returns a value for (a decision the session already made) without
+    using a recorded answer.
     """
 
     async def call_tool(_: _ToolRun, config: RunnableConfig) -> dict[str, Any]:
@@ -98,25 +101,35 @@ async def run_in_tool_node(
     builder.add_node("tool", cast(Any, call_tool))
     builder.add_edge(START, "tool")
     # With answers, stop before the tool so that each answer resumes one run of it, as
-    # ``Command(resume=...)`` does in LangGraph: the tool does not run an extra time.
+    # ``Command(resume=...)`` does in LangGraph: the tool does not run an extra time. An
+    # automatic answer needs to see its interrupt first, so then the tool runs from START.
+    ahead = bool(answers) and auto is None
     graph = builder.compile(
-        checkpointer=InMemorySaver(), interrupt_before=["tool"] if answers else None
+        checkpointer=InMemorySaver(), interrupt_before=["tool"] if ahead else None
     )
     run_config: Any = {
         **config,
         "configurable": {**config.get("configurable", {}), "thread_id": "tool"},
     }
     result = await graph.ainvoke({"out": None}, run_config, context=context)
-    for answer in answers:
-        result = await graph.ainvoke(
-            Command(resume=resume_value(answer)), run_config, context=context
-        )
-        if "__interrupt__" not in result:
-            break
-    if "__interrupt__" in result:
+    left = list(answers)
+    if ahead:
+        while left:
+            value = resume_value(left.pop(0))
+            result = await graph.ainvoke(Command(resume=value), run_config, context=context)
+            if "__interrupt__" not in result:
+                break
+    while "__interrupt__" in result:
         first: Interrupt = list(result["__interrupt__"])[0]
-        key = f"interrupt-{len(answers) + 1}"
-        raise ToolInputRequired(question_for(first.value, key, first.response_schema))
+        automatic = auto(first.value) if auto is not None else None
+        if automatic is not None:
+            value = automatic
+        elif left:
+            value = resume_value(left.pop(0))
+        else:
+            key = f"interrupt-{len(answers) + 1}"
+            raise ToolInputRequired(question_for(first.value, key, first.response_schema))
+        result = await graph.ainvoke(Command(resume=value), run_config, context=context)
     return _outputs(result["out"])
 
 

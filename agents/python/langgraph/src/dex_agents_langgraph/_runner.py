@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
@@ -153,7 +153,7 @@ def _find_hitl(agent: Pregel[Any, Any, Any, Any]) -> dict[str, Any]:
     """The graph's human-in-the-loop middleware nodes, by node name.
 
     Raises:
-        ValueError: a middleware asks per call (``interrupt_mode="per_call"``).
+        ValueError: the graph has several such middleware nodes.
 
     """
     try:
@@ -167,12 +167,6 @@ def _find_hitl(agent: Pregel[Any, Any, Any, Any]) -> dict[str, Any]:
             getattr(bound, "func", None), "__self__", None
         )
         if isinstance(owner, HumanInTheLoopMiddleware):
-            if getattr(owner, "interrupt_mode", "batched") != "batched":
-                raise ValueError(
-                    "HumanInTheLoopMiddleware(interrupt_mode='per_call') asks inside the "
-                    "tool call, after the tool Step started; use interrupt_mode='batched' "
-                    "(the default), whose decisions the session takes as Dex approvals"
-                )
             found[name] = owner
     if len(found) > 1:
         raise ValueError(
@@ -402,7 +396,7 @@ class LangGraphRunner:
                 )
             if not calls:
                 raise RuntimeError(f"the graph stopped before {stopped} with no pending tool call")
-            deferred = [self._deferred(turn, call, gated=None) for call in calls]
+            deferred = [self._deferred(turn, call, gated=self._gated(call)) for call in calls]
         return ToolCallsRequested(
             framework_run_state=await self._run_state(saver, config, prefix, stopped_at),
             tool_calls=deferred,
@@ -442,6 +436,14 @@ class LangGraphRunner:
             "args": args,
         }
         node = find_tool_node(self._tool_nodes, tool)
+        auto = None
+        hitl = self._per_call_hitl()
+        if hitl is not None and record.tool_name in hitl.interrupt_on:
+            # The session already approved the call: answer the middleware's own
+            # per-call question with that decision, its edit included.
+            auto = _per_call_answer(record)
+            if record.arguments_edited and record.proposed_arguments:
+                tool_call["args"] = json.loads(record.proposed_arguments)
         try:
             if node is None:
                 outputs: list[Any] = [await tool.ainvoke(tool_call, config=self.config)]
@@ -455,6 +457,7 @@ class LangGraphRunner:
                         call.answers,
                         config=dict(self.config),
                         context=self.context,
+                        auto=auto,
                     )
                 )
         except (ValidationError, ToolException) as error:
@@ -737,8 +740,32 @@ class LangGraphRunner:
             values = [Command(update={self.messages_key: results}), *commands]
         await graph.aupdate_state(config, values, as_node=node)
 
+    def _gated(self, call: ToolCall) -> bool | None:
+        """The middleware's approval decision for a call it did not interrupt for."""
+        hitl = next(iter(self._hitl.values()), None)
+        if hitl is None:
+            return None
+        if hitl is self._per_call_hitl():
+            return call["name"] in hitl.interrupt_on
+        return False
+
+    def _per_call_hitl(self) -> Any:
+        hitl = next(iter(self._hitl.values()), None)
+        return hitl if getattr(hitl, "interrupt_mode", "batched") == "per_call" else None
+
     def _result_message(self, call: ToolCall, record: AgentToolCall) -> ToolMessage:
         message = tool_result_message(call, record)
+        per_call = self._per_call_hitl()
+        if (
+            per_call is not None
+            and record.status is ToolCallStatus.REJECTED
+            and call["name"] in per_call.interrupt_on
+        ):
+            # The rejection in the middleware's own words, as its per-call reviewer gives it.
+            decision: dict[str, Any] = {"type": "reject"}
+            if record.rejection_message:
+                decision["message"] = record.rejection_message
+            return _hitl_answer_message(call, decision) or message
         hitl = next(iter(self._hitl.values()), None)
         if (
             hitl is not None
@@ -788,6 +815,30 @@ def _gated_ids(calls: Sequence[ToolCall], requests: Sequence[Any]) -> set[str]:
             gated.add(call.get("id") or "")
             queue.pop(0)
     return gated
+
+
+def _per_call_answer(record: AgentToolCall) -> Callable[[Any], Any]:
+    def answer(value: Any) -> Any:
+        if (
+            isinstance(value, dict)
+            and value.get("type") == "tool_approval"
+            and value.get("tool_call_id") == record.tool_call_id
+        ):
+            if record.arguments_edited:
+                edited = {"name": record.tool_name, "args": json.loads(record.arguments)}
+                return {"type": "edit", "edited_action": edited}
+            return {"type": "approve"}
+        return None
+
+    return answer
+
+
+def _hitl_answer_message(call: ToolCall, decision: dict[str, Any]) -> ToolMessage | None:
+    try:
+        from langchain.agents.middleware.human_in_the_loop import _answer_message
+    except ImportError:  # pragma: no cover - another langchain version
+        return None
+    return _answer_message(call, cast(Any, decision))
 
 
 def _decision(call: ToolCall, record: AgentToolCall) -> dict[str, Any]:
