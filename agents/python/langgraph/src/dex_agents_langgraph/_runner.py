@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,18 @@ class TooManyModelCallsError(RuntimeError):
 
 class _NextModelNode(Exception):
     """Another graph node starts a model call: the step ends before it (``ContinueTurn``)."""
+
+
+class _QuietStop(logging.Filter):
+    """Drops LangChain's warning about a handler that raised, when it raised our stop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(
+            isinstance(arg, str) and "_NextModelNode(" in arg for arg in record.args or ()
+        )
+
+
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_QuietStop())
 
 
 class _ModelCallGuard(BaseCallbackHandler):
