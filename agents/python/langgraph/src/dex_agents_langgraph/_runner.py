@@ -454,8 +454,11 @@ class LangGraphRunner:
         if hitl is not None and record.tool_name in hitl.interrupt_on:
             # The session already approved the call: answer the middleware's own
             # per-call question with that decision, its edit included.
-            auto = _per_call_answer(record)
-            if record.arguments_edited and record.proposed_arguments:
+            allowed = hitl.interrupt_on[record.tool_name].get("allowed_decisions") or []
+            may_edit = "edit" in allowed
+            auto = _per_call_answer(record, may_edit=may_edit)
+            if may_edit and record.arguments_edited and record.proposed_arguments:
+                # The middleware applies the edit itself, as the reviewer's.
                 tool_call["args"] = json.loads(record.proposed_arguments)
         try:
             if node is None:
@@ -695,11 +698,16 @@ class LangGraphRunner:
                 if task.name in self._hitl and _is_hitl_request(pending.value):
                     calls = pending_tool_calls(messages)
                     gated = _gated_ids(calls, pending.value["action_requests"])
+                    configs = list(pending.value.get("review_configs") or [])
+                    asked = [c for c in calls if (c.get("id") or "") in gated]
                     answers[pending.id] = {
                         "decisions": [
-                            _decision(c, turn.recorded_tool_call(c.get("id") or ""))
-                            for c in calls
-                            if (c.get("id") or "") in gated
+                            _decision(
+                                c,
+                                turn.recorded_tool_call(c.get("id") or ""),
+                                configs[i].get("allowed_decisions") if i < len(configs) else None,
+                            )
+                            for i, c in enumerate(asked)
                         ]
                     }
                     continue
@@ -830,14 +838,14 @@ def _gated_ids(calls: Sequence[ToolCall], requests: Sequence[Any]) -> set[str]:
     return gated
 
 
-def _per_call_answer(record: AgentToolCall) -> Callable[[Any], Any]:
+def _per_call_answer(record: AgentToolCall, *, may_edit: bool) -> Callable[[Any], Any]:
     def answer(value: Any) -> Any:
         if (
             isinstance(value, dict)
             and value.get("type") == "tool_approval"
             and value.get("tool_call_id") == record.tool_call_id
         ):
-            if record.arguments_edited:
+            if record.arguments_edited and may_edit:
                 edited = {"name": record.tool_name, "args": json.loads(record.arguments)}
                 return {"type": "edit", "edited_action": edited}
             return {"type": "approve"}
@@ -854,14 +862,20 @@ def _hitl_answer_message(call: ToolCall, decision: dict[str, Any]) -> ToolMessag
     return _answer_message(call, cast(Any, decision))
 
 
-def _decision(call: ToolCall, record: AgentToolCall) -> dict[str, Any]:
-    """The human-in-the-loop middleware decision a Dex approval record stands for."""
+def _decision(
+    call: ToolCall, record: AgentToolCall, allowed: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The human-in-the-loop middleware decision a Dex approval record stands for.
+
+    An edit of a tool whose configuration allows no edits is given as an approval (the
+    call already ran with the edited arguments; the result says so).
+    """
     if record.status is ToolCallStatus.REJECTED:
         decision: dict[str, Any] = {"type": "reject"}
         if record.rejection_message:
             decision["message"] = record.rejection_message
         return decision
-    if record.arguments_edited:
+    if record.arguments_edited and (allowed is None or "edit" in allowed):
         edited = {"name": call["name"], "args": json.loads(record.arguments)}
         return {"type": "edit", "edited_action": edited}
     return {"type": "approve"}
