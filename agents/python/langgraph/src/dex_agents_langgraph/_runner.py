@@ -254,7 +254,14 @@ class LangGraphRunner:
     runs. The thread's checkpoint (minus the messages the session already stores) is the
     run state; the next step restores it, writes each tool's recorded result with
     ``update_state(..., as_node=<tool node>)`` and lets the graph continue into the model.
-    ``execute_deferred_tool_call`` runs the tool object itself (``BaseTool.ainvoke``).
+    ``execute_deferred_tool_call`` runs the call through the graph's own ``ToolNode``
+    (``InjectedState``, ``ToolRuntime``, ``Command`` results, ``wrap_tool_call``).
+
+    What LangGraph would pause for becomes durable: ``interrupt()`` in a tool or a node is
+    a ``question`` interrupt whose answer resumes it (``Command(resume=...)``), and a
+    ``HumanInTheLoopMiddleware``'s calls are approvals whose answers reach it as its
+    decisions. A second model node ends the step with ``ContinueTurn`` (each model call
+    its own Step); an agent graph used as a node stops before its own tool nodes.
 
     Args:
         agent: a compiled graph whose state has a messages channel (``add_messages``).
@@ -264,16 +271,19 @@ class LangGraphRunner:
         tool_nodes: the nodes to stop before; default every node that is a ``ToolNode``
             (``"tools"`` in ``create_agent`` graphs).
         messages_key: the state channel holding the conversation (default "messages").
-        max_model_calls_per_step: model calls allowed in one step (default 1). The graph
-            fails the step when it starts one more (middleware or nodes that call models
-            several times); raise it only for such graphs, whose extra calls then repeat
-            on a RunModel retry.
+        max_model_calls_per_step: model calls allowed in one step (default 1). One more
+            from another node ends the step before it (``ContinueTurn``); one more from a
+            node that already called the model (middleware or nodes that call models
+            several times) fails the step with ``TooManyModelCallsError``. Raise it only
+            for such graphs, whose extra calls then repeat on a RunModel retry.
         config: extra ``RunnableConfig`` for every graph run and tool call (for example
             ``configurable`` values); ``thread_id`` and ``callbacks`` are set by the runner.
         context: the LangGraph runtime context passed to every graph run (``context=``).
 
     Raises:
-        ValueError: the graph has no tool node and ``tool_nodes`` is not given.
+        ValueError: the graph has no tool node (nor an agent node) and ``tool_nodes`` is
+            not given; it has two ``HumanInTheLoopMiddleware`` nodes; or it nests an agent
+            two graph levels deep. Each message names what works instead.
 
     Concurrency: stateless between calls; ``execute_deferred_tool_call`` may run
     concurrently with itself.
