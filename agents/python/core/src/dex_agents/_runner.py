@@ -197,6 +197,9 @@ class DeferredToolExecution:
         heartbeat: records liveness; long tools should call it.
         answers: answers a person gave to the questions this call asked so far (see
             ``ToolInputRequired``), in order; empty (default) before any question.
+        framework_run_state: the ``framework_run_state`` of the ``ToolCallsRequested``
+            that deferred this call (beyond the seeds), for frameworks whose tools read
+            the agent's state (LangGraph ``InjectedState``); None when there is none.
 
     """
 
@@ -207,6 +210,7 @@ class DeferredToolExecution:
     events: AgentEventWriter
     heartbeat: Heartbeat
     answers: Sequence[ToolInputAnswer] = ()
+    framework_run_state: str | None = None
 
 
 _CURRENT_TOOL_EXECUTION: ContextVar[DeferredToolExecution | None] = ContextVar(

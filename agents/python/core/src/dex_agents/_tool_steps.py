@@ -306,6 +306,7 @@ class _RunToolStep(_ToolCallStep):
                     events=writer,
                     heartbeat=ctx.heartbeat,
                     answers=tuple(record.answers),
+                    framework_run_state=persistence.FrameworkRunState.get(ctx),
                 )
                 with bind_tool_execution(call):
                     result = await self._parts.runner.execute_deferred_tool_call(call)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents import (
@@ -140,7 +140,10 @@ class RunState:
         prefix_count: how many stored messages were cut (they are restored from the
             session's messages).
         prefix_last_id: the ID of the last cut message, to detect a mismatch.
-        tool_nodes: the nodes the graph stopped before.
+        tool_nodes: the tool nodes the graph (or an agent node of it) stopped before, or
+            empty when it stopped at ``interrupt()`` calls or before another model node.
+        subgraphs: the latest checkpoint of each agent node's own namespace, as
+            ``(checkpoint_ns, checkpoint, metadata, writes)``.
 
     """
 
@@ -150,6 +153,9 @@ class RunState:
     prefix_count: int
     prefix_last_id: str | None
     tool_nodes: list[str]
+    subgraphs: list[tuple[str, Checkpoint, CheckpointMetadata, list[tuple[str, str, Any]]]] = field(
+        default_factory=list
+    )
 
 
 def cut_prefix(
@@ -184,7 +190,12 @@ def restore_prefix(
 def encode_run_state(state: RunState, serde: SerializerProtocol) -> str:
     """Encode the run state as JSON text (the checkpoint itself as base64 msgpack)."""
     kind, data = serde.dumps_typed(
-        {"checkpoint": state.checkpoint, "metadata": state.metadata, "writes": state.writes}
+        {
+            "checkpoint": state.checkpoint,
+            "metadata": state.metadata,
+            "writes": state.writes,
+            "subgraphs": [list(entry) for entry in state.subgraphs],
+        }
     )
     return json.dumps(
         {
@@ -218,11 +229,54 @@ def decode_run_state(text: str, serde: SerializerProtocol) -> RunState:
             prefix_count=int(raw["prefix_count"]),
             prefix_last_id=raw["prefix_last_id"],
             tool_nodes=list(raw["tool_nodes"]),
+            subgraphs=[
+                (ns, checkpoint, metadata, [tuple(w) for w in writes])
+                for ns, checkpoint, metadata, writes in bundle.get("subgraphs", [])
+            ],
         )
     except RunStateError:
         raise
     except (ValueError, KeyError, TypeError) as error:
         raise RunStateError(f"cannot decode the LangGraph run state: {error}") from error
+
+
+CARRIED_STATE_KEY = "dex_langgraph_state"
+
+
+def with_carried_state(
+    produced: list[FrameworkMessage], values: Mapping[str, Any], serde: SerializerProtocol
+) -> list[FrameworkMessage]:
+    """Attach the graph's other state values to the turn's last stored item.
+
+    The session stores only messages; keeping the rest (custom ``state_schema`` fields a
+    ``Command`` updated, say) next to them lets the next turn start from the state a
+    checkpointed LangGraph thread would have.
+    """
+    if not values or not produced:
+        return produced
+    kind, data = serde.dumps_typed(dict(values))
+    last = produced[-1]
+    item = dict(last.framework_item)
+    item[CARRIED_STATE_KEY] = {"serde": kind, "data": base64.b64encode(data).decode("ascii")}
+    return [*produced[:-1], FrameworkMessage(role=last.role, framework_item=item, text=last.text)]
+
+
+def carried_state(
+    messages: Sequence[AgentMessage], keys: set[str], serde: SerializerProtocol
+) -> dict[str, Any]:
+    """The state values the latest turn attached with :func:`with_carried_state`."""
+    if not keys:
+        return {}
+    for stored in reversed(messages):
+        item = stored.framework_item
+        if isinstance(item, dict) and isinstance(item.get(CARRIED_STATE_KEY), dict):
+            raw = item[CARRIED_STATE_KEY]
+            try:
+                values = serde.loads_typed((raw["serde"], base64.b64decode(raw["data"])))
+            except (ValueError, KeyError, TypeError) as error:
+                raise RunStateError(f"cannot decode the carried graph state: {error}") from error
+            return {k: v for k, v in dict(values).items() if k in keys}
+    return {}
 
 
 def human_item(text: str) -> FrameworkMessage:
