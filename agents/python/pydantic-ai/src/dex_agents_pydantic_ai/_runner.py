@@ -292,10 +292,9 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         that raises ``ApprovalRequired`` without such an approval (itself, or through an
         ``ApprovalRequiredToolset`` whose function now answers otherwise than when the
         call was deferred) is not run past that point: it becomes ``ToolExecutionError``
-        naming the fix. ``ToolFailed``,
-        ``ModelRetry`` and invalid arguments become ``ToolExecutionError`` (recorded
-        failed, not retried); any other exception fails the Step and follows the effect's
-        retry policy.
+        naming the fix. ``ToolFailed``, ``ModelRetry`` and invalid arguments become
+        ``ToolExecutionError`` (recorded failed, not retried); any other exception fails
+        the Step and follows the effect's retry policy.
         """
         record = call.tool_call
         returned = await self._run_tool(record, approved=record.requires_approval)
@@ -374,8 +373,7 @@ class PydanticAIRunner(Generic[AgentDepsT]):
 
 @dataclass(frozen=True)
 class _AskedForApproval:
-    # The unapproved run stopped for approval.
-    pass
+    """The unapproved run stopped because the call asked for approval."""
 
 
 @dataclass(frozen=True)
