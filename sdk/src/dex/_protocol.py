@@ -299,6 +299,13 @@ class Publish(Struct, kw_only=True):
     value: Raw
 
 
+class CommittedStreamWrite(Struct, kw_only=True):
+    """A Stream write the server appends only once the task's result has committed."""
+
+    stream: str
+    value: Raw
+
+
 class RecordedEvent(Struct, kw_only=True):
     name: str
     value: OptionalRaw = None
@@ -319,6 +326,7 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
     rpc_output: OptionalRaw = None
     rpc_movements: list[Movement] = []
     rpc_cancel_steps: list[str] = []
+    stream_writes: list[CommittedStreamWrite] = []  # appended after the commit, in order
 
     def __post_init__(self) -> None:
         # A JSON null in attribute_writes decodes as Raw(b"null"); it means "delete".

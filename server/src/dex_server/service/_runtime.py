@@ -189,6 +189,12 @@ class Runtime:
         self._versions_touched = set()
 
     def apply(self, eff: Effects) -> None:
+        # a result's held Stream writes go out before anything its commit made ready
+        for flow_type, stream, flow_id, value, source in eff.streams:
+            try:
+                self.stream_write(flow_type, stream, flow_id, value, source)
+            except ServiceError as exc:
+                log.info("stream write dropped: %s", exc.message)
         if eff.versions or eff.closed:
             self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
