@@ -760,9 +760,10 @@ class Runtime:
                 if holder is not None:
                     in_store = True
                     await self._hold_commits(run_id, holder, timeout)
-                # snapshot again now that no Step result can commit in between
+                # the snapshot, now that no Step result can commit in between (the first
+                # read only learned that the RPC is transactional)
                 flow, task, transactional, locks, timeout = await self.store.run(
-                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
+                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, gated=True)
                 )
                 env.task = task
             result = await self._call_rpc(env, timeout)
