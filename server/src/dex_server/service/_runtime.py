@@ -409,7 +409,8 @@ class Runtime:
             self._result_outage.ok()
             self.apply(fut.result())
 
-        self.store.submit(job).add_done_callback(done)
+        # an idle SQLite store commits it right here, without the writer thread hand-offs
+        self.store.submit(job, inline=True).add_done_callback(done)
 
     async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
         try:
