@@ -540,13 +540,13 @@ class SqliteStore:
         self._finished += len(outcomes)
         if self.batches % _CHECKPOINT_EVERY_BATCHES == 0:
             self._checkpoint_wake.set()
+        if self._restart_due:
+            self._restart_wal(conn)
         if inline:
             _resolve(outcomes)
         else:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_resolve, outcomes)
-        if self._restart_due:
-            self._restart_wal(conn)
 
 
 def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
