@@ -39,6 +39,7 @@ from dex._protocol import (
     Reject,
     ResultFrame,
     ServerBatch,
+    ServerFrame,
     StateValues,
     StreamWrite,
     Task,
@@ -306,7 +307,7 @@ class Session:
         else:
             self._on_decoded(frame)
 
-    def _on_decoded(self, frame: Any) -> None:
+    def _on_decoded(self, frame: ServerFrame) -> None:
         if isinstance(frame, TaskFrame):
             self._on_task(frame.task)
         elif isinstance(frame, HeartbeatAck):
