@@ -38,8 +38,17 @@ ORDERS = {1042: {"order_id": 1042, "item": "espresso machine", "total": 249}}
 
 GATED_TOOLS = {"crash_note": ("add_note",), "crash_refund": ("issue_refund",)}
 MODEL_GATES = {"crash_model": "model-turn-1-call-1"}
-NO_APPROVAL_SCENARIOS = {"sequential", "parallel", "crash_note", "crash_refund", "crash_model"}
+NO_APPROVAL_SCENARIOS = {
+    "sequential",
+    "parallel",
+    "parallel_later",
+    "crash_note",
+    "crash_refund",
+    "crash_model",
+}
 PARALLEL_SCENARIOS = {"parallel"}
+# The first response asks for one tool, a later one for several at once.
+LATER_PARALLEL_SCENARIOS = {"parallel_later"}
 BASH_SCENARIOS = {"bash"}
 
 
@@ -147,6 +156,8 @@ def script(scenario: str, call: ModelCall) -> FakeReply | str:
     missing = [name for name in TOOLS if cli_name(name) not in done]
     if missing:
         wanted = missing if scenario in PARALLEL_SCENARIOS else missing[:1]
+        if scenario in LATER_PARALLEL_SCENARIOS and len(missing) < len(TOOLS):
+            wanted = missing
         return FakeReply(
             text="Let me handle that.", tool_calls=tuple(_tool_request(n, text) for n in wanted)
         )

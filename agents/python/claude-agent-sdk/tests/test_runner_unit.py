@@ -9,6 +9,7 @@ from dex_agents import AgentMessage, MessageRole, ToolEffect
 from dex_agents_claude_agent_sdk import ClaudeAgentRunner, cli_session_id, tool_effect
 from dex_agents_claude_agent_sdk._transcript import (
     RunState,
+    deferral_last,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
@@ -108,3 +109,21 @@ def test_run_state_round_trips_and_refuses_other_formats() -> None:
     assert RunState.load(state.dump()) == state
     with pytest.raises(ValueError, match="not a dex-claude-agent-sdk/1 run state"):
         RunState.load('{"format": "other"}')
+
+
+def test_the_deferral_record_ends_a_deferred_steps_entries() -> None:
+    deferral: Any = {
+        "type": "attachment",
+        "uuid": "d1",
+        "parentUuid": "m2",
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": "t1"},
+    }
+    other: Any = {
+        "type": "attachment",
+        "uuid": "d0",
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": "t0"},
+    }
+    refusal: Any = {"type": "user", "uuid": "r2", "parentUuid": "m2"}
+    moved = deferral_last([other, deferral, refusal], "t1")
+    assert moved == [other, refusal, deferral]
+    assert deferral_last([refusal, deferral], "t1") == [refusal, deferral]

@@ -43,6 +43,7 @@ from dex_agents import (
 from dex_agents_claude_agent_sdk._transcript import (
     RunState,
     TranscriptStore,
+    deferral_last,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
@@ -283,6 +284,7 @@ class ClaudeAgentRunner:
         tool_use_id, name, arguments = step.deferred
         custom = self.custom_tool_name(name)
         tool_name = custom if custom is not None else name
+        entries = deferral_last(entries, tool_use_id)
         state = RunState(entries=entries, deferred=tool_use_id, builtin=custom is None)
         call = DeferredToolCall(
             tool_call_id=tool_use_id,

@@ -86,6 +86,32 @@ def unsent_user_text(messages: Sequence[AgentMessage]) -> str:
     return "\n\n".join(reversed(pending))
 
 
+def deferral_last(
+    entries: Sequence[SessionStoreEntry], tool_use_id: str
+) -> list[SessionStoreEntry]:
+    """Move the CLI's record of the deferred call to the end of a step's entries.
+
+    When one response holds several calls, the CLI writes the deferral record and then
+    the other calls' results. Resuming from a transcript that ends in a tool result, the
+    CLI treats the turn as cut short: it answers the deferred call with a "result missing"
+    error and adds a synthetic reply before it runs the call. Ending on the deferral
+    record (its parent is unchanged) lets the resume hand the call over cleanly.
+    """
+    moved = [entry for entry in entries if _is_deferral(entry, tool_use_id)]
+    kept = [entry for entry in entries if not _is_deferral(entry, tool_use_id)]
+    return [*kept, *moved]
+
+
+def _is_deferral(entry: SessionStoreEntry, tool_use_id: str) -> bool:
+    attachment = entry.get("attachment")
+    return (
+        entry.get("type") == "attachment"
+        and isinstance(attachment, dict)
+        and attachment.get("type") == "hook_deferred_tool"
+        and attachment.get("toolUseID") == tool_use_id
+    )
+
+
 def _content_blocks(entry: SessionStoreEntry) -> list[dict[str, Any]]:
     message = entry.get("message")
     if not isinstance(message, dict):
