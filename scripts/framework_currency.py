@@ -194,7 +194,7 @@ def check_adapter(uv: str, adapter: str, index_url: str, workdir: Path) -> Outco
         return outcome
     say(f"{adapter}: running its tests")
     env["DEXCLI"] = str(copy / ".venv" / "bin" / "dexcli")
-    cmd = [uv, "run", "--locked", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd = [uv, "run", "--locked", "pytest", "-v", "-p", "no:cacheprovider"]
     code = run_logged(cmd, copy, log, env)
     summary = [line for line in log.read_text().splitlines() if _COUNTS.search(line)]
     if summary:

@@ -19,7 +19,12 @@ from claude_agent_sdk import (
     ThinkingBlock,
     create_sdk_mcp_server,
 )
-from claude_agent_sdk.types import HookContext, HookInput, HookJSONOutput
+from claude_agent_sdk.types import (
+    HookContext,
+    HookInput,
+    HookJSONOutput,
+    PreToolUseHookSpecificOutput,
+)
 from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
@@ -90,14 +95,26 @@ def _hint(annotations: object, wire_name: str, field_name: str) -> bool:
     return getattr(annotations, field_name, None) is True
 
 
-def _allow(reason: str) -> HookJSONOutput:
-    return {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "allow",
-            "permissionDecisionReason": reason,
-        }
+def _allow(reason: str, updated_input: dict[str, Any] | None = None) -> HookJSONOutput:
+    output: PreToolUseHookSpecificOutput = {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow",
+        "permissionDecisionReason": reason,
     }
+    if updated_input is not None:
+        output["updatedInput"] = updated_input
+    return {"hookSpecificOutput": output}
+
+
+def _edited_input(record: AgentToolCall, proposed: object) -> dict[str, Any] | None:
+    # The record holds the arguments the call runs with; None when the model's still stand.
+    try:
+        approved = json.loads(record.arguments) if record.arguments else {}
+    except ValueError:
+        return None
+    if not isinstance(approved, dict) or approved == proposed:
+        return None
+    return approved
 
 
 def _deny(reason: str) -> HookJSONOutput:
@@ -148,9 +165,12 @@ class _Step:
         if self.resumed is not None and tool_use_id == self.resumed.deferred:
             record = self.record
             assert record is not None
-            if self.resumed.builtin and record.status is not ToolCallStatus.SUCCEEDED:
+            if not self.resumed.builtin:
+                return _allow("recorded by the durable session")
+            if record.status is not ToolCallStatus.SUCCEEDED:
                 return _deny(describe_tool_call_outcome(record))
-            return _allow("recorded by the durable session")
+            # An approver may have edited the arguments: the CLI runs the built-in with them.
+            return _allow("approved in the durable session", _edited_input(record, arguments))
         custom = self.runner.custom_tool_name(name)
         if custom is None and not self.runner.builtin_needs_approval(self.turn, name):
             return {}
