@@ -194,6 +194,7 @@ def check_adapter(uv: str, adapter: str, index_url: str, workdir: Path) -> Outco
         return outcome
     say(f"{adapter}: running its tests")
     env["DEXCLI"] = str(copy / ".venv" / "bin" / "dexcli")
+    env["PYTHONUNBUFFERED"] = "1"  # pytest's per-test lines as they happen
     cmd = [uv, "run", "--locked", "pytest", "-v", "-p", "no:cacheprovider"]
     code = run_logged(cmd, copy, log, env)
     summary = [line for line in log.read_text().splitlines() if _COUNTS.search(line)]
@@ -238,12 +239,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="scripts/framework_currency.py",
         description="Run the adapters' tests against the newest framework releases.",
     )
-    parser.add_argument("--adapter", choices=sorted(ADAPTERS), help="check only this adapter")
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        choices=sorted(ADAPTERS),
+        help="check only this adapter (repeat for several)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
     parser.add_argument("--index-url", default=DEFAULT_INDEX, help="index with a PyPI JSON API")
     args = parser.parse_args(argv)
     uv = ensure_uv()
-    names = [args.adapter] if args.adapter else list(ADAPTERS)
+    names = list(dict.fromkeys(args.adapter)) if args.adapter else list(ADAPTERS)
     workdir = Path(tempfile.mkdtemp(prefix="dex-currency-"))
     say(f"working in {workdir}")
     outcomes: list[Outcome] = []

@@ -10,6 +10,7 @@ from dex_agents_claude_agent_sdk import ClaudeAgentRunner, cli_session_id, tool_
 from dex_agents_claude_agent_sdk._transcript import (
     RunState,
     deferral_last,
+    recorded_session_id,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
@@ -127,3 +128,11 @@ def test_the_deferral_record_ends_a_deferred_steps_entries() -> None:
     moved = deferral_last([other, deferral, refusal], "t1")
     assert moved == [other, refusal, deferral]
     assert deferral_last([refusal, deferral], "t1") == [refusal, deferral]
+
+
+def test_a_retried_first_step_starts_under_a_session_id_of_its_own() -> None:
+    assert cli_session_id("s1", 1) == cli_session_id("s1")
+    assert cli_session_id("s1", 2) not in (cli_session_id("s1"), cli_session_id("s1", 3))
+    entries: Any = [{"type": "user", "sessionId": "a"}, {"type": "last-prompt"}]
+    assert recorded_session_id(entries) == "a"
+    assert recorded_session_id([]) is None

@@ -49,6 +49,7 @@ from dex_agents_claude_agent_sdk._transcript import (
     RunState,
     TranscriptStore,
     deferral_last,
+    recorded_session_id,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
@@ -68,9 +69,15 @@ class ClaudeRunError(RuntimeError):
     """The CLI ended a model step without a usable result (error result or no result)."""
 
 
-def cli_session_id(flow_id: str) -> str:
-    """The CLI session ID of a dex-agents session: a UUID derived from its Flow ID."""
-    return str(uuid.uuid5(_SESSION_NAMESPACE, flow_id))
+def cli_session_id(flow_id: str, attempt: int = 1) -> str:
+    """The CLI session ID a dex-agents session starts under: a UUID derived from its Flow ID.
+
+    A retried first model step (``attempt`` above 1) starts under an ID of its own: the
+    CLI refuses to start a session whose ID an earlier, interrupted CLI run already used
+    on that machine. Later steps resume the ID the stored transcript carries.
+    """
+    name = flow_id if attempt <= 1 else f"{flow_id}/attempt-{attempt}"
+    return str(uuid.uuid5(_SESSION_NAMESPACE, name))
 
 
 def tool_effect(tool: SdkMcpTool[Any]) -> ToolEffect | None:
@@ -277,8 +284,11 @@ class ClaudeAgentRunner:
         earlier = resumed.entries if resumed is not None else []
         store = TranscriptStore([*history, *earlier])
         step = _Step(self, turn, resumed)
-        session = cli_session_id(turn.flow_id)
         starts_session = not history and resumed is None
+        if starts_session:
+            session = cli_session_id(turn.flow_id, turn.attempt)
+        else:
+            session = recorded_session_id(store.initial) or cli_session_id(turn.flow_id)
         options = self._step_options(step, store, session, starts_session)
         result: ResultMessage | None = None
         responses: set[str] = set()

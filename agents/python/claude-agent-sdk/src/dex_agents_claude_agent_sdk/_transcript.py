@@ -86,6 +86,15 @@ def unsent_user_text(messages: Sequence[AgentMessage]) -> str:
     return "\n\n".join(reversed(pending))
 
 
+def recorded_session_id(entries: Sequence[SessionStoreEntry]) -> str | None:
+    """The CLI session ID the transcript's last entries were written under, if any."""
+    for entry in reversed(entries):
+        session = entry.get("sessionId")
+        if isinstance(session, str) and session:
+            return session
+    return None
+
+
 def deferral_last(
     entries: Sequence[SessionStoreEntry], tool_use_id: str
 ) -> list[SessionStoreEntry]:
