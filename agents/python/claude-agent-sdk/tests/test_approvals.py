@@ -85,7 +85,13 @@ async def test_an_approver_edits_the_refund_before_it_runs(scenario: ScenarioFac
         assert await s.sessions.resolve_interrupt("e1", interrupt_id, True, arguments=edited)
         snapshot = await s.wait_for_answers("e1", 1)
         assert s.log.count(tool_kind("issue_refund")) == 1
-        assert "issue_refund[ok]=refund of $120 issued for order 1042" in snapshot.messages[-1].text
+        final = snapshot.messages[-1].text
+        assert "issue_refund[ok]=[The approver changed the arguments; the call ran with" in final
+        assert "refund of $120 issued for order 1042" in final
+        # The model and the stored conversation see the call as it ran.
+        assert s.model.calls[-1].saw_text('"amount": 120')
+        assert not s.model.calls[-1].saw_text('"amount": 249')
+        assert any('"amount": 120' in m.text for m in snapshot.messages)
 
 
 async def test_an_approver_edits_a_bash_command_the_cli_then_runs(
@@ -99,8 +105,10 @@ async def test_an_approver_edits_a_bash_command_the_cli_then_runs(
         edited = json.dumps({"command": f"echo edited-by-approver > {target}"})
         assert await s.sessions.resolve_interrupt("e2", interrupt_id, True, arguments=edited)
         snapshot = await s.wait_for_answers("e2", 1)
-        # The CLI ran the approver's command, not the model's.
+        # The CLI ran the approver's command, and the model sees the call as it ran.
         assert target.read_text().strip() == "edited-by-approver"
+        last = s.model.calls[-1]
+        assert last.saw_text("echo edited-by-approver") and not last.saw_text("echo refunded")
         assert snapshot.messages[-1].text.startswith("Bash[ok]")
 
 

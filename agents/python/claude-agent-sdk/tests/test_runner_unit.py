@@ -14,6 +14,7 @@ from dex_agents_claude_agent_sdk._transcript import (
     to_framework_messages,
     transcript_of,
     unsent_user_text,
+    with_tool_input,
 )
 
 
@@ -136,3 +137,23 @@ def test_a_retried_first_step_starts_under_a_session_id_of_its_own() -> None:
     entries: Any = [{"type": "user", "sessionId": "a"}, {"type": "last-prompt"}]
     assert recorded_session_id(entries) == "a"
     assert recorded_session_id([]) is None
+
+
+def test_an_edited_call_is_rewritten_where_the_transcript_holds_it() -> None:
+    entries: Any = [
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "x"},
+                    {"type": "tool_use", "id": "t1", "input": {"a": 1}},
+                    {"type": "tool_use", "id": "t2", "input": {"a": 2}},
+                ]
+            },
+        },
+        {"type": "attachment", "attachment": {"type": "hook_deferred_tool", "toolUseID": "t1"}},
+    ]
+    out: Any = with_tool_input(entries, "t1", {"a": 9})
+    assert [b.get("input") for b in out[0]["message"]["content"]] == [None, {"a": 9}, {"a": 2}]
+    assert out[1]["attachment"]["toolInput"] == {"a": 9}
+    assert entries[0]["message"]["content"][1]["input"] == {"a": 1}  # the input is not changed

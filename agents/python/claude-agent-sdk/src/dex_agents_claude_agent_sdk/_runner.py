@@ -53,6 +53,7 @@ from dex_agents_claude_agent_sdk._transcript import (
     to_framework_messages,
     transcript_of,
     unsent_user_text,
+    with_tool_input,
 )
 
 DEFAULT_SERVER_NAME = "dex"
@@ -176,7 +177,8 @@ class _Step:
                 return _allow("recorded by the durable session")
             if record.status is not ToolCallStatus.SUCCEEDED:
                 return _deny(describe_tool_call_outcome(record))
-            # An approver may have edited the arguments: the CLI runs the built-in with them.
+            # The transcript already shows an approver's edit; should the CLI still hold
+            # the model's input, hand it the approved one.
             return _allow("approved in the durable session", _edited_input(record, arguments))
         custom = self.runner.custom_tool_name(name)
         if custom is None and not self.runner.builtin_needs_approval(self.turn, name):
@@ -197,9 +199,10 @@ class _Step:
                 # Not the deferred call: a later call of the same response, never run.
                 return {"content": [{"type": "text", "text": ONE_CALL_AT_A_TIME}], "is_error": True}
             self.replayed = True
-            if record.status is ToolCallStatus.SUCCEEDED:
-                return {"content": [{"type": "text", "text": record.output or ""}]}
+            # The output, or the outcome in words; either names an approver's edit.
             text = describe_tool_call_outcome(record)
+            if record.status is ToolCallStatus.SUCCEEDED:
+                return {"content": [{"type": "text", "text": text}]}
             return {"content": [{"type": "text", "text": text}], "is_error": True}
 
         return dataclasses.replace(tool, handler=replay)
@@ -282,6 +285,11 @@ class ClaudeAgentRunner:
         resumed = RunState.load(turn.framework_run_state) if turn.framework_run_state else None
         history = transcript_of(turn.messages)
         earlier = resumed.entries if resumed is not None else []
+        if resumed is not None:
+            record = turn.recorded_tool_call(resumed.deferred)
+            if record.arguments_edited:
+                # The model, the CLI and the stored messages see the call as it ran.
+                earlier = with_tool_input(earlier, resumed.deferred, _parse(record.arguments))
         store = TranscriptStore([*history, *earlier])
         step = _Step(self, turn, resumed)
         starts_session = not history and resumed is None

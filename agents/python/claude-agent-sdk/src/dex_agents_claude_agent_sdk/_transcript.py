@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from claude_agent_sdk.types import (
     SessionKey,
@@ -109,6 +109,37 @@ def deferral_last(
     moved = [entry for entry in entries if _is_deferral(entry, tool_use_id)]
     kept = [entry for entry in entries if not _is_deferral(entry, tool_use_id)]
     return [*kept, *moved]
+
+
+def with_tool_input(
+    entries: Sequence[SessionStoreEntry], tool_use_id: str, arguments: dict[str, Any]
+) -> list[SessionStoreEntry]:
+    """Entries with one call's input replaced: its ``tool_use`` block and deferral record."""
+    out: list[SessionStoreEntry] = []
+    for entry in entries:
+        changed: dict[str, Any] = dict(entry)
+        message = changed.get("message")
+        attachment = changed.get("attachment")
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            changed["message"] = {
+                **message,
+                "content": [
+                    {**block, "input": arguments} if _is_tool_use(block, tool_use_id) else block
+                    for block in message["content"]
+                ],
+            }
+        elif isinstance(attachment, dict) and _is_deferral(entry, tool_use_id):
+            changed["attachment"] = {**attachment, "toolInput": arguments}
+        out.append(cast(SessionStoreEntry, changed))
+    return out
+
+
+def _is_tool_use(block: object, tool_use_id: str) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "tool_use"
+        and block.get("id") == tool_use_id
+    )
 
 
 def _is_deferral(entry: SessionStoreEntry, tool_use_id: str) -> bool:
