@@ -259,18 +259,29 @@ class ClaudeAgentRunner:
     ) -> None:
         for owned in ("session_id", "resume", "session_store"):
             if getattr(options, owned) is not None:
-                raise ValueError(f"ClaudeAgentOptions.{owned} is set by the runner; leave it unset")
+                raise ValueError(
+                    f"ClaudeAgentOptions.{owned} is set by the runner; leave it unset "
+                    f"(the session stores the conversation and resumes it on every model call)"
+                )
         if options.continue_conversation:
-            raise ValueError("ClaudeAgentOptions.continue_conversation must stay False")
+            raise ValueError(
+                "ClaudeAgentOptions.continue_conversation must stay False "
+                "(the session stores the conversation and resumes it on every model call)"
+            )
         if isinstance(options.mcp_servers, dict) and server_name in options.mcp_servers:
-            raise ValueError(f"MCP server name {server_name!r} is already in options.mcp_servers")
+            raise ValueError(
+                f"MCP server name {server_name!r} is already in options.mcp_servers; "
+                f"pass another server_name="
+            )
         self.options = options
         self.server_name = server_name
         self.tools: Mapping[str, SdkMcpTool[Any]] = {}
         by_name: dict[str, SdkMcpTool[Any]] = {}
         for tool in tools:
             if tool.name in by_name:
-                raise ValueError(f"two custom tools are named {tool.name!r}")
+                raise ValueError(
+                    f"two custom tools are named {tool.name!r}; give each its own name"
+                )
             by_name[tool.name] = tool
         self.tools = by_name
 
