@@ -217,6 +217,17 @@ def show_failures(log: Path) -> None:
         print(f"    {line}", flush=True)
 
 
+def keep_logs(workdir: Path, failed: Sequence[str]) -> None:
+    """Save the logs of the adapters that failed before the copies are removed."""
+    logs = [workdir / f"{name}.log" for name in failed if (workdir / f"{name}.log").is_file()]
+    if not logs:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="dex-currency-logs-"))
+    for log in logs:
+        shutil.copy2(log, folder / log.name)
+    say(f"logs of the failed adapters: {folder}")
+
+
 def versions(found: dict[str, str]) -> str:
     """``name version`` pairs, comma-separated."""
     return ", ".join(f"{name} {version}" for name, version in found.items()) or "?"
@@ -260,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.keep:
             say(f"kept {workdir}")
         else:
+            keep_logs(workdir, [o.adapter for o in outcomes if not o.ok])
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print_table(outcomes)

@@ -230,7 +230,9 @@ class ClaudeAgentRunner:
     the model again within the same Step. A built-in named in the
     session's ``tool_policies`` with a policy that needs approval is deferred for the
     approval only: approved, the CLI runs it in the next model step; rejected, the model
-    sees the rejection.
+    sees the rejection. An approver's edited arguments are written into the deferred
+    call in the stored transcript, so a custom tool or a built-in runs with them and the
+    model sees the call as it ran.
 
     Args:
         options: the agent's options. ``session_id``, ``resume``, ``session_store`` and
