@@ -12,8 +12,9 @@ is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres de
    handler and sends the result, the server commits it. Reported as p50 / p95.
 2. ``--flows`` Flows of ``--flow-steps`` no-op Steps each run at the same time; reported as
    aggregate Steps per second (wall clock from the first start to the last completion).
-   The bench starts them with a few requests in flight per server and then waits for
-   them one after the other, so that its own HTTP client stays out of the figure.
+   All of them are started before their Workers connect, so that all are live at once
+   and the bench's own HTTP client (the starts and waits) stays out of the figure; the
+   wall clock runs from letting the Workers go to the last close the server recorded.
 
 ``--servers N`` (PostgreSQL only) runs N servers on the one database, a Worker connected to
 each, and starts the concurrent Flows through the servers in turn (the sequential chain
@@ -59,22 +60,32 @@ class Chain(dex.Flow[int]):
         return dex.StepList.start_step(Noop())
 
 
+class Fanout(dex.Flow[int]):
+    """The same chain as its own Flow type, served only by the concurrent phase's Workers."""
+
+    def get_steps(self) -> dex.StepList[int]:
+        return dex.StepList.start_step(Noop())
+
+
 CHAIN = Chain()  # Client calls take the instance the Registry holds
+FANOUT = Fanout()
 
 # concurrent start requests per server in the concurrent phase (see ``concurrent``)
 _STARTS_IN_FLIGHT = 16  # below httpx's 20 kept-alive connections: no reconnects
 
 
-def registry() -> dex.Registry:
-    return dex.Registry([CHAIN], allow_async_handlers=True)
+def registry(*flows: dex.Flow[int]) -> dex.Registry:
+    return dex.Registry(list(flows or (CHAIN, FANOUT)), allow_async_handlers=True)
 
 
 # --------------------------------------------------------------------------- processes
 
 
-async def run_worker(address: str, slots: int) -> None:
+async def run_worker(address: str, slots: int, gated: bool) -> None:
+    if gated:  # the concurrent phase's Worker: connect once the bench writes a line
+        await asyncio.to_thread(sys.stdin.readline)
     worker = dex.AsyncWorker(
-        registry(),
+        registry(FANOUT if gated else CHAIN),
         options=dex.WorkerOptions(
             server_address=address,
             pull=dex.PullWorkerOptions(max_concurrent_tasks=slots),
@@ -189,30 +200,46 @@ async def sequential(client: dex.AsyncClient, steps: int) -> tuple[list[float], 
     return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)], wall_ms
 
 
-async def concurrent(clients: list[dex.AsyncClient], flows: int, steps: int) -> float:
-    """Aggregate Steps/s of ``flows`` Flows started at once, to the last one's close.
+async def concurrent(
+    clients: list[dex.AsyncClient], gates: list[subprocess.Popen[bytes]], flows: int, steps: int
+) -> float:
+    """Aggregate Steps/s of ``flows`` Flows that are all live at once.
 
-    The client must not become what is measured. One long poll per Flow would hold one
-    pooled connection each, and httpx's pool does work in proportion to its connections
-    for every request: with 1,000 waits the bench process spent its time there, and the
-    starts trickled in. So each server gets at most ``_STARTS_IN_FLIGHT`` starts at a
-    time, and the closes are awaited one Flow after the other: once the first closes,
-    most others have too, and their waits answer at once.
+    The bench process must not become what is measured: it is one Python HTTP client, and
+    starting 1,000 Flows through it takes longer than running them (with starts and waits
+    interleaved, only some 30-140 Flows were ever live at a time). So the ``Fanout`` Flows
+    are all started first, while their Workers (one per server, ``gates``) are still held
+    back before connecting; then the Workers are let go, and the figure runs from that
+    moment to the last Flow's close time as the server recorded it.
     """
     ids = [f"conc-{uuid.uuid4().hex[:10]}" for _ in range(flows)]
-    gates = [asyncio.Semaphore(_STARTS_IN_FLIGHT) for _ in clients]
+    limits = [asyncio.Semaphore(_STARTS_IN_FLIGHT) for _ in clients]
 
     async def start(i: int) -> None:
-        async with gates[i % len(clients)]:
-            await clients[i % len(clients)].start_flow(CHAIN, ids[i], steps)
+        async with limits[i % len(clients)]:
+            await clients[i % len(clients)].start_flow(FANOUT, ids[i], steps)
 
-    started = time.perf_counter()
     await asyncio.gather(*(start(i) for i in range(flows)))
-    for i, flow_id in enumerate(ids):
+    released = time.time()
+    for gate in gates:
+        assert gate.stdin is not None
+        gate.stdin.write(b"go\n")
+        gate.stdin.flush()
+    closed: list[float] = []
+    for i, flow_id in enumerate(ids):  # most have closed by the time the first did
         result = await clients[i % len(clients)].wait_for_flow(flow_id, timeout=600)
         if result.status is not dex.FlowStatus.COMPLETED:
             raise SystemExit(f"{flow_id} ended {result.status.value}: {result.error_message}")
-    return flows * steps / (time.perf_counter() - started)
+    token: str | None = None
+    while True:
+        page = await clients[0].list_flows("Fanout", page_size=1000, page_token=token)
+        closed.extend(f.closed_at.timestamp() for f in page.flows if f.closed_at is not None)
+        token = page.next_page_token
+        if not token:
+            break
+    if len(closed) != flows:
+        raise SystemExit(f"expected {flows} closed Fanout Flows, got {len(closed)}")
+    return flows * steps / (max(closed) - released)
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
@@ -222,6 +249,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         raise SystemExit("--servers N needs --database-url postgresql://...")
     servers: list[subprocess.Popen[bytes]] = []
     workers: list[subprocess.Popen[bytes]] = []
+    gates: list[subprocess.Popen[bytes]] = []
     addresses: list[str] = []
     slots = str(args.flows + 8)
     try:
@@ -235,6 +263,13 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
                     start_new_session=True,
                 )
             )
+            gates.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", address, "--slots", slots, "--gated"],
+                    stdin=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
         options = [dex.ClientOptions(server_address=a, timeout=120.0) for a in addresses]
         clients = [dex.AsyncClient(registry(), options=o) for o in options]
         try:
@@ -245,12 +280,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             before = [process_counters(pid) for pid in watched]
             overheads, wall_ms = await sequential(clients[0], args.steps)
             after = [process_counters(pid) for pid in watched]
-            steps_per_s = await concurrent(clients, args.flows, args.flow_steps)
+            steps_per_s = await concurrent(clients, gates, args.flows, args.flow_steps)
         finally:
             for c in clients:
                 await c.close()
     finally:
-        for proc in [*workers, *servers]:
+        for proc in [*gates, *workers, *servers]:
             stop(proc)
     # per Step of the sequential chain: CPU ms and context switches of the server, the Worker
     cpu_ms = [(a[0] - b[0]) * 1000.0 / args.steps for a, b in zip(after, before, strict=True)]
@@ -293,9 +328,10 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=1, help="servers on one PostgreSQL database")
     parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=108, help=argparse.SUPPRESS)
+    parser.add_argument("--gated", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(run_worker(args.worker, args.slots))
+        asyncio.run(run_worker(args.worker, args.slots, args.gated))
         return
     with tempfile.TemporaryDirectory(prefix="dex-bench-") as tmp:
         asyncio.run(bench(args, Path(tmp)))
