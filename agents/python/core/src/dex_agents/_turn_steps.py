@@ -98,8 +98,8 @@ def _sync(**fields: Any) -> StepOptions:
     return dataclasses.replace(_BASE_OPTIONS, **fields)
 
 
-def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> StepDecision:
-    """Store the user message, open a new turn and go to ``RunModel``."""
+def open_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> AgentState:
+    """Store the user message and open a new turn; return the state (not yet written)."""
     number = state.turn_count + 1
     turn_id = turn_id_of(number)
     opened = replace(
@@ -108,10 +108,22 @@ def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) 
         active_turn_id=turn_id,
         status=AgentStatus.RUNNING_MODEL,
         turn_model_calls=0,
+        turn_start_unannounced=False,
     )
-    stored = append_messages(ctx, opened, turn_id, [build_user_message(parts, text)])
+    return append_messages(ctx, opened, turn_id, [build_user_message(parts, text)])
+
+
+def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> StepDecision:
+    """Store the user message, open a new turn and go to ``RunModel``."""
+    stored = open_turn(parts, ctx, state, text)
     persistence.AgentState.set(ctx, stored)
-    emit(parts, ctx, turn_id, AgentEventType.TURN_STARTED, {"sequence": stored.message_count})
+    emit(
+        parts,
+        ctx,
+        stored.active_turn_id or "",
+        AgentEventType.TURN_STARTED,
+        {"sequence": stored.message_count},
+    )
     return StepDecision.go_to(RunModel)
 
 
@@ -131,6 +143,7 @@ def _end_turn(
         status=AgentStatus.WAITING_FOR_USER_MESSAGE,
         active_turn_id=None,
         turn_model_calls=0,
+        turn_start_unannounced=False,
     )
 
 
@@ -226,6 +239,17 @@ class RunModel(_TurnStep):
         turn_id = state.active_turn_id
         if turn_id is None:
             return StepDecision.go_to(AwaitUserMessage)
+        if state.turn_start_unannounced:
+            # send_user_message opened this turn in its own commit, and RPCs cannot write
+            # Streams: the turn's first model call announces it (each attempt, like any event).
+            emit(
+                self._parts,
+                ctx,
+                turn_id,
+                AgentEventType.TURN_STARTED,
+                {"sequence": state.message_count},
+            )
+            state = replace(state, turn_start_unannounced=False)
         if control_pending(ctx):
             return StepDecision.go_to(StopTurn)
         records = all_tool_calls(ctx)
