@@ -61,6 +61,7 @@ from dex_agents._turn_steps import (
     StartAgentSession,
     StopTurn,
     ToolSteps,
+    first_model_call,
     open_turn,
 )
 
@@ -204,7 +205,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 persistence.AgentState.set(context, replace(opened, turn_start_unannounced=True))
                 return RPCResult(
                     True,
-                    next_steps=(StepMovement.of(RunModel),),
+                    next_steps=(first_model_call(opened),),
                     canceling_steps=(AwaitUserMessage,),
                 )
         return RPCResult(send_user_message(context, input))

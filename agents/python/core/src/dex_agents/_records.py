@@ -325,6 +325,9 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
         turn_start_unannounced: True while a turn that ``send_user_message`` opened in
             its own commit waits for its first ``RunModel`` to write ``turn_started`` (RPCs
             cannot write Streams). Beyond the seeds.
+        model_message_count: ``message_count`` when the last model call read the
+            messages; the turn's first ``RunModel`` is scheduled with the messages stored
+            since then loaded, so it need not ask the server for them. Beyond the seeds.
 
     """
 
@@ -335,6 +338,7 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
     last_turn_error: str | None = None
     turn_model_calls: int = 0
     turn_start_unannounced: bool = False
+    model_message_count: int = 0
 
 
 class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -59,6 +59,7 @@ from dex_agents._text import (
     idempotency_key_of,
     interrupt_id_of,
     is_blank,
+    message_sequence_key,
     turn_id_of,
     validate_outcome,
     validate_tool_call_ids_unused,
@@ -77,6 +78,7 @@ RUN_MODEL_HEARTBEAT_TIMEOUT = timedelta(minutes=2)
 RUN_MODEL_ATTEMPTS = 3
 RUN_MODEL_RETRY_WINDOW = timedelta(minutes=30)
 MAX_CONTROL_BATCH = 1000
+MAX_PRELOADED_MESSAGES = 32
 
 # Under the Worker's loggers, so a worker script shows it beside the failed attempts.
 log = logging.getLogger("dex.worker.agent")
@@ -124,7 +126,25 @@ def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) 
         AgentEventType.TURN_STARTED,
         {"sequence": stored.message_count},
     )
-    return StepDecision.go_to(RunModel)
+    return StepDecision.go_to_many(first_model_call(stored))
+
+
+def first_model_call(state: AgentState) -> StepMovement[None]:
+    """The movement to a turn's first ``RunModel``, loading the messages its model lacks.
+
+    Those are the messages stored since the last model call read them (at most
+    ``MAX_PRELOADED_MESSAGES``, the newest): a Worker that served that call has the
+    older ones cached, so the call needs no read of its own from the server.
+    """
+    first = max(state.model_message_count + 1, state.message_count - MAX_PRELOADED_MESSAGES + 1)
+    loads = tuple(
+        persistence.AgentMessages.load(message_sequence_key(n))
+        for n in range(max(first, 1), state.message_count + 1)
+    )
+    if not loads:
+        return StepMovement.of(RunModel)
+    options = dataclasses.replace(RunModel.options(), execute_load_attribute_map_instances=loads)
+    return StepMovement.of(RunModel, options=options)
 
 
 def _end_turn(
@@ -224,6 +244,11 @@ class RunModel(_TurnStep):
         self._tools = tools
 
     def get_step_options(self) -> StepOptions:
+        return self.options()
+
+    @staticmethod
+    def options() -> StepOptions:
+        """Options of this Step (the seeds' timeouts, retries and failure route)."""
         return _sync(
             execute_method_timeout=RUN_MODEL_TIMEOUT,
             heartbeat_timeout=RUN_MODEL_HEARTBEAT_TIMEOUT,
@@ -264,13 +289,15 @@ class RunModel(_TurnStep):
                 f"the turn reached AgentSessionOptions.max_model_calls_per_turn ({limit}): "
                 f"{state.turn_model_calls} model calls without a final answer",
             )
+        messages = await session_messages(ctx, state.message_count)
+        state = replace(state, model_message_count=state.message_count)
         async with runner_call(self._parts, ctx, turn_id) as writer:
             outcome = await self._parts.runner.run_model_step(
                 AgentTurnContext(
                     flow_id=ctx.flow_id,
                     turn_id=turn_id,
                     attempt=ctx.attempt,
-                    messages=await session_messages(ctx, state.message_count),
+                    messages=messages,
                     framework_run_state=persistence.FrameworkRunState.get(ctx),
                     tool_calls=by_id,
                     events=writer,
