@@ -315,6 +315,7 @@ def test_the_exported_names_are_pinned() -> None:
         "InvocationRecord",
         "MODEL_CALL_KIND",
         "ModelCall",
+        "ScriptedContinue",
         "ScriptedFailure",
         "ScriptedModel",
         "ScriptedModelError",

@@ -141,7 +141,10 @@ class SupportDesk:
         )
         agent.tool_plain(metadata={"annotations": {"readOnlyHint": True}})(self.lookup_order)
         agent.tool_plain(metadata={"dex_effect": "idempotent_write"})(self.add_note)
-        agent.tool_plain(requires_approval=True)(self.issue_refund)
+        # Pydantic AI's requires_approval=True always asks for a person; the scenarios that
+        # run the refund without approval declare it plainly (their ToolPolicy says so).
+        declared = self.scenario not in NO_APPROVAL_SCENARIOS
+        agent.tool_plain(requires_approval=declared)(self.issue_refund)
         return agent
 
 

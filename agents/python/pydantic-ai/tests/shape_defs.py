@@ -12,6 +12,14 @@ turn 2, and a streaming ``FunctionModel``.
 ``conditional``: a ``write_file`` tool that raises ``ApprovalRequired`` for ``.env``
 only (Pydantic AI's documented conditional approval), classified ``idempotent_write``.
 
+``retried``: the flagship's agent on a streaming ``FunctionModel`` whose model first sends
+invalid tool arguments, and in turn 2 a structured output that fails validation:
+Pydantic AI asks for a corrected call each time (validation retries).
+
+``toolset``: the refund tool inside an ``ApprovalRequiredToolset`` whose function asks
+for approval only above $100 (``toolset.approval_required(fn)``); the model asks for a
+small and a large refund; a ``FunctionModel`` without streaming.
+
 The same ``ShapeDesk`` runs under Dex (a Worker child: ``flow_from_env``) and plainly in
 the test process (``control_run``), so a test compares what the model saw and answered.
 The model function is stateless: it decides from the history it is sent.
@@ -49,7 +57,14 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDefinition,
+    ToolDenied,
+)
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from dex_agents_pydantic_ai import PydanticAIRunner
 
@@ -59,6 +74,9 @@ MODEL_KIND = "model"
 FLAGSHIP = "flagship"
 VALIDATED = "validated"
 CONDITIONAL = "conditional"
+RETRIED = "retried"
+TOOLSET = "toolset"
+APPROVAL_THRESHOLD = 100
 CUSTOMER = "Ada"
 
 FIRST_PROMPT = "My order 1042 arrived broken, please sort it out"
@@ -97,10 +115,20 @@ def part_view(part: Any) -> list[str]:
         args = json.dumps(part.args_as_dict(), sort_keys=True)
         return [part.part_kind, part.tool_name, args, part.tool_call_id]
     if isinstance(part, ToolReturnPart):
-        return [part.part_kind, part.tool_name, part.model_response_str(), part.tool_call_id]
+        return [part.part_kind, part.tool_name, _sorted_json(part), part.tool_call_id]
     if isinstance(part, RetryPromptPart):
         return [part.part_kind, part.model_response(), part.tool_call_id]
     return [part.part_kind]
+
+
+def _sorted_json(part: ToolReturnPart) -> str:
+    # Structured content (a retry's validation errors) comes back from the store with its
+    # object keys sorted; compare it without key order, like tool call arguments.
+    text = part.model_response_str()
+    try:
+        return json.dumps(json.loads(text), sort_keys=True)
+    except ValueError:
+        return text
 
 
 def merged(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
@@ -182,6 +210,16 @@ class ShapeDesk:
             ]
             return ModelResponse(parts=[TextPart(" | ".join(seen))])
         output_tool = info.output_tools[0].name
+        if self.shape == RETRIED:
+            return self._retried(turn, call, messages, output_tool)
+        if turn == 1 and call == 0 and self.shape == TOOLSET:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("lookup_order", {"order_id": 1042}, "t1-lookup"),
+                    ToolCallPart("issue_refund", {"order_id": 1042, "amount": 20}, "t1-small"),
+                    ToolCallPart("issue_refund", {"order_id": 1042, "amount": 249}, "t1-refund"),
+                ]
+            )
         if turn == 1 and call == 0:
             second = (
                 ToolCallPart("issue_refund", {"order_id": 1042, "amount": 249}, "t1-refund")
@@ -218,7 +256,34 @@ class ShapeDesk:
             for part in message.parts
         )
         args = {"answer": f"Earlier lookup: {earlier}. Context: {' | '.join(system)}"}
-        args["refunded"] = self.shape == FLAGSHIP
+        args["refunded"] = self.shape != VALIDATED
+        return ModelResponse(parts=[ToolCallPart(output_tool, args, f"t{turn}-out-{call}")])
+
+    def _retried(
+        self, turn: int, call: int, messages: Sequence[ModelMessage], output_tool: str
+    ) -> ModelResponse:
+        if turn == 1 and call == 0:
+            # Not an integer: Pydantic AI sends the validation error back for a retry.
+            bad = {"order_id": "ten forty-two"}
+            return ModelResponse(parts=[ToolCallPart("lookup_order", bad, "t1-bad-lookup")])
+        if turn == 1 and call == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("lookup_order", {"order_id": 1042}, "t1-lookup"),
+                    ToolCallPart("issue_refund", {"order_id": 1042, "amount": 249}, "t1-refund"),
+                ]
+            )
+        returns = [
+            part
+            for message in messages
+            for part in message.parts
+            if isinstance(part, ToolReturnPart) and part.outcome == "success"
+        ]
+        done = "; ".join(part.model_response_str() for part in returns)
+        if turn == 2 and call == 0:
+            # "refunded" is missing: the structured output fails validation.
+            return ModelResponse(parts=[ToolCallPart(output_tool, {"answer": done}, "t2-out-0")])
+        args = {"answer": f"Done: {done}", "refunded": True}
         return ModelResponse(parts=[ToolCallPart(output_tool, args, f"t{turn}-out-{call}")])
 
     async def stream(
@@ -276,12 +341,22 @@ class ShapeDesk:
             plain: Agent[DeskDeps, Any] = Agent(FunctionModel(self.reply), deps_type=DeskDeps)
             plain.tool(metadata={"dex_effect": "idempotent_write"})(self.write_file)
             return plain
-        if self.shape == FLAGSHIP:
+        if self.shape in (FLAGSHIP, RETRIED, TOOLSET):
+            model = (
+                FunctionModel(self.reply, stream_function=self.stream)
+                if self.shape == RETRIED
+                else FunctionModel(self.reply)
+            )
+            toolsets: list[AbstractToolset[DeskDeps]] = []
+            if self.shape == TOOLSET:
+                refunds = FunctionToolset[DeskDeps]([self.issue_refund])
+                toolsets.append(refunds.approval_required(above_threshold))
             agent: Agent[DeskDeps, Any] = Agent(
-                FunctionModel(self.reply),
+                model,
                 deps_type=DeskDeps,
                 output_type=[Resolution, DeferredToolRequests],
                 system_prompt="You are the support desk of Acme.",
+                toolsets=toolsets,
             )
         else:
             agent = Agent(
@@ -305,11 +380,18 @@ class ShapeDesk:
             return output
 
         agent.tool(metadata={"annotations": {"readOnlyHint": True}})(self.lookup_order)
-        if self.shape == FLAGSHIP:
+        if self.shape in (FLAGSHIP, RETRIED):
             agent.tool(requires_approval=True)(self.issue_refund)
-        else:
+        elif self.shape == VALIDATED:
             agent.tool(self.add_note)
         return agent
+
+
+def above_threshold(
+    ctx: RunContext[DeskDeps], tool_def: ToolDefinition, args: dict[str, Any]
+) -> bool:
+    """The refund toolset's approval function: a person approves refunds above $100."""
+    return int(args["amount"]) > APPROVAL_THRESHOLD
 
 
 def flow_type(shape: str) -> str:

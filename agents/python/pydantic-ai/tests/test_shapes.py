@@ -9,29 +9,44 @@ the stored conversation and structured outputs equal the control's.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from dex_agents import AgentSessionClient, AgentSnapshot, MessageRole, ToolCallStatus, ToolEffect
+from dex_agents import (
+    AgentEvent,
+    AgentEventType,
+    AgentSessionClient,
+    AgentSnapshot,
+    MessageRole,
+    ToolCallStatus,
+    ToolEffect,
+)
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,
     FileGate,
     InvocationLog,
+    WorkerHandle,
     wait_for_agent_snapshot,
 )
+from pydantic import ValidationError
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
+from dex_agents_pydantic_ai import VALIDATION_RETRY
 from dex_agents_pydantic_ai._items import history_of
 from tests.shape_defs import (
     CONDITIONAL,
     FIRST_PROMPT,
     FLAGSHIP,
     MODEL_KIND,
+    RETRIED,
     SECOND_PROMPT,
     SHAPE_ENV,
     STATE_DIR_ENV,
+    TOOLSET,
     VALIDATED,
     Resolution,
     ShapeDesk,
@@ -75,14 +90,21 @@ async def wait_for_turns(sessions: AgentSessionClient, session_id: str, count: i
 
 
 def outputs_of(messages: Sequence[ModelResponse | object]) -> list[Resolution]:
-    """The structured output of each turn: its final ``final_result`` call, validated."""
-    return [
-        Resolution.model_validate_json(part.args_as_json_str())
-        for message in messages
-        if isinstance(message, ModelResponse)
-        for part in message.parts
-        if isinstance(part, ToolCallPart) and part.tool_name == "final_result"
-    ]
+    """The structured outputs the turns gave: every valid ``final_result`` call.
+
+    A call that failed validation (and made Pydantic AI ask again) is left out.
+    """
+    outputs: list[Resolution] = []
+    for message in messages:
+        if not isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name == "final_result":
+                try:
+                    outputs.append(Resolution.model_validate_json(part.args_as_json_str()))
+                except ValidationError:
+                    continue
+    return outputs
 
 
 async def check_against_control(
@@ -95,6 +117,7 @@ async def check_against_control(
     *,
     model_calls: int,
     reads: int,
+    writes: int = 1,
 ) -> None:
     control_dir = tmp_path / "control"
     control_dir.mkdir()
@@ -121,7 +144,7 @@ async def check_against_control(
     executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
     assert executed.count("RunModel") == control.log.count(MODEL_KIND) == model_calls
     assert executed.count("CallTool") == reads  # lookup_order, a read
-    assert executed.count("CallSingleAttemptTool") == 1  # the non-idempotent write
+    assert executed.count("CallSingleAttemptTool") == writes  # the non-idempotent writes
     # The output validator ran on the structured outputs, as in the plain run.
     assert set(durable.log.keys("validator")) == set(control.log.keys("validator"))
 
@@ -233,3 +256,126 @@ async def test_a_tools_own_approval_request_is_never_bypassed(tmp_path: Path) ->
             if isinstance(part, ToolReturnPart)
         }
         assert outcomes == {"t1-env": "failed", "t1-doc": "success"}
+
+
+async def approve_refund_after_a_kill(
+    stack: AgentTestStack, sessions: AgentSessionClient, session_id: str, worker: WorkerHandle
+) -> WorkerHandle:
+    """Wait for the $249 refund's approval, SIGKILL the Worker, approve it on a new one."""
+
+    def awaiting(snapshot: AgentSnapshot) -> str | None:
+        lookup = [c for c in snapshot.tool_calls if c.tool_name == "lookup_order"]
+        if not (snapshot.pending_interrupts and lookup and lookup[0].status.is_final):
+            return None
+        (interrupt,) = snapshot.pending_interrupts
+        assert json.loads(interrupt.arguments) == {"order_id": 1042, "amount": 249}
+        return interrupt.interrupt_id
+
+    interrupt_id = await wait_for_agent_snapshot(
+        sessions, session_id, awaiting, description="the refund approval"
+    )
+    worker.kill()  # SIGKILL while the approval is pending
+    worker = await stack.start_worker()
+    assert await sessions.resolve_interrupt(session_id, interrupt_id, approved=True)
+    return worker
+
+
+async def test_validation_retries_each_get_their_own_model_call_step(tmp_path: Path) -> None:
+    # Invalid tool arguments in turn 1, a structured output missing a field in turn 2:
+    # Pydantic AI asks the model again each time (ContinueTurn "validation_retry"), each
+    # call in its own RunModel Step; a streaming FunctionModel.
+    gate_name = "model-turn-1-call-1"
+    async with shape_stack(tmp_path, RETRIED, [gate_name]) as (stack, sessions, state_dir):
+        log = InvocationLog(state_dir / "calls.log")
+        worker = await stack.start_worker()
+        await sessions.start_session("r1", FIRST_PROMPT)
+        gate = FileGate(state_dir, gate_name)
+        await gate.wait_until_reached()
+        worker.kill()  # SIGKILL inside the model call that follows the first retry request
+        gate.release()
+        worker = await stack.start_worker()
+        worker = await approve_refund_after_a_kill(stack, sessions, "r1", worker)
+        await wait_for_turns(sessions, "r1", 1)
+        assert await sessions.send_user_message("r1", SECOND_PROMPT)
+        await wait_for_turns(sessions, "r1", 2)
+
+        snapshot = await sessions.get_agent_snapshot("r1")
+        assert snapshot.state is not None and snapshot.state.last_turn_error is None
+        assert read_lines(state_dir / "refunds.txt") == ["1042:249"]
+        assert log.count(tool_kind("issue_refund")) == 1
+        assert log.count(tool_kind("lookup_order")) == 1  # the invalid call never ran
+        # The call before the kill ran once; only the killed one repeated.
+        assert log.keys(MODEL_KIND) == [
+            "turn-1/call-0",
+            "turn-1/call-1",
+            "turn-1/call-1",
+            "turn-1/call-2",
+            "turn-2/call-0",
+            "turn-2/call-1",
+        ]
+        events = [e async for e in follow_until_turns(sessions, "r1", 2)]
+        continued = [(e.turn_id, e.data) for e in events if e.type is AgentEventType.TURN_CONTINUED]
+        retry = {"reason": VALIDATION_RETRY, "model_calls": 1}
+        assert continued == [("turn-1", retry), ("turn-2", retry)]
+        await check_against_control(
+            stack, sessions, RETRIED, "r1", state_dir, tmp_path, model_calls=5, reads=1
+        )
+
+
+async def test_an_approval_toolsets_function_decides_per_call(tmp_path: Path) -> None:
+    # The refund toolset's approval_required function asks for approval above $100 only:
+    # the $20 refund runs without one, the $249 refund waits for a person.
+    gate_name = "model-turn-2-call-0"
+    async with shape_stack(tmp_path, TOOLSET, [gate_name]) as (stack, sessions, state_dir):
+        log = InvocationLog(state_dir / "calls.log")
+        worker = await stack.start_worker()
+        await sessions.start_session("t1", FIRST_PROMPT)
+        worker = await approve_refund_after_a_kill(stack, sessions, "t1", worker)
+        await wait_for_turns(sessions, "t1", 1)
+        snapshot = await sessions.get_agent_snapshot("t1")
+        assert snapshot.state is not None and snapshot.state.last_turn_error is None
+
+        assert await sessions.send_user_message("t1", SECOND_PROMPT)
+        gate = FileGate(state_dir, gate_name)
+        await gate.wait_until_reached()
+        worker.kill()  # SIGKILL inside turn 2's model call
+        gate.release()
+        await stack.start_worker()
+        await wait_for_turns(sessions, "t1", 2)
+
+        assert sorted(read_lines(state_dir / "refunds.txt")) == ["1042:20", "1042:249"]
+        assert log.count(tool_kind("issue_refund")) == 2
+        assert log.keys(MODEL_KIND) == [
+            "turn-1/call-0",
+            "turn-1/call-1",
+            "turn-2/call-0",
+            "turn-2/call-0",
+        ]
+        events = [e async for e in follow_until_turns(sessions, "t1", 2)]
+        deferred = {
+            e.data["tool_call_id"]: (e.data["effect"], e.data["requires_approval"])
+            for e in events
+            if e.type is AgentEventType.TOOL_CALL_DEFERRED
+        }
+        assert deferred == {
+            "t1-lookup": ("read", False),
+            "t1-small": ("unclassified", False),
+            "t1-refund": ("unclassified", True),
+        }
+        await check_against_control(
+            stack, sessions, TOOLSET, "t1", state_dir, tmp_path, model_calls=3, reads=1, writes=2
+        )
+
+
+async def follow_until_turns(
+    sessions: AgentSessionClient, session_id: str, turns: int
+) -> AsyncIterator[AgentEvent]:
+    """The session's events from the start up to its ``turns``-th ``turn_completed``."""
+    seen = 0
+    async with asyncio.timeout(30):
+        async for event in sessions.follow_events(session_id):
+            yield event
+            if event.type is AgentEventType.TURN_COMPLETED:
+                seen += 1
+                if seen == turns:
+                    return

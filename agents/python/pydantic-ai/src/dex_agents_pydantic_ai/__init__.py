@@ -13,17 +13,17 @@ from dex_agents_pydantic_ai._policies import (
     framework_requires_approval,
     framework_tool_effect,
 )
-from dex_agents_pydantic_ai._runner import MultipleModelCallsError, PydanticAIRunner
+from dex_agents_pydantic_ai._runner import VALIDATION_RETRY, PydanticAIRunner
 from dex_agents_pydantic_ai._sources import source_tools
 
 __all__ = [
     "DEX_EFFECT_METADATA_KEY",
     "RUN_STATE_FORMAT",
+    "VALIDATION_RETRY",
     "FakeModel",
     "FakeModelCall",
     "FakeReply",
     "FakeToolCall",
-    "MultipleModelCallsError",
     "PydanticAIRunner",
     "framework_requires_approval",
     "framework_tool_effect",

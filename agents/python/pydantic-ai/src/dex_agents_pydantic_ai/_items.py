@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dex_agents import (
@@ -130,26 +130,36 @@ def usage_of(response: ModelResponse | None) -> AgentUsage:
 
 @dataclass(frozen=True, kw_only=True)
 class RunState:
-    """What continues a turn after its tool Steps.
+    """What continues a turn after its tool Steps, or after a retry request.
 
     Attributes:
         messages: the turn's messages as Pydantic AI produced them: its request (with
             the system prompts on a session's first request), then model responses,
-            tool returns and retry requests.
-        deferred: the tool call IDs handed to the session, in model order.
+            tool returns and retry requests. After a retry request it is the last one.
+        deferred: the tool call IDs handed to the session, in model order (empty after
+            a retry request).
+        tool_retries: Pydantic AI's retry count per tool name as the next model call's
+            step starts with it (empty by default).
+        output_retries: the output retries the run used so far (0 by default).
 
     """
 
     messages: list[ModelMessage]
     deferred: list[str]
+    tool_retries: dict[str, int] = field(default_factory=dict)
+    output_retries: int = 0
 
     def dump(self) -> str:
         """Encode as a JSON string (never empty)."""
-        payload = {
+        payload: dict[str, Any] = {
             "format": RUN_STATE_FORMAT,
             "deferred": self.deferred,
             "messages": ModelMessagesTypeAdapter.dump_python(self.messages, mode="json"),
         }
+        if self.tool_retries:
+            payload["tool_retries"] = self.tool_retries
+        if self.output_retries:
+            payload["output_retries"] = self.output_retries
         return json.dumps(payload, separators=(",", ":"))
 
     @classmethod
@@ -173,9 +183,12 @@ class RunState:
         if payload["format"] != RUN_STATE_FORMAT and user_request_item is not None:
             # Format 1 left out the turn's request; it is the stored user message.
             messages = [*load_messages([user_request_item]), *messages]
+        retries = payload.get("tool_retries") or {}
         return cls(
             messages=messages,
             deferred=[str(tool_call_id) for tool_call_id in payload["deferred"]],
+            tool_retries={str(name): int(count) for name, count in retries.items()},
+            output_retries=int(payload.get("output_retries", 0)),
         )
 
 

@@ -48,16 +48,21 @@ def framework_requires_approval(tool_def: ToolDefinition | None) -> bool:
 
 
 def resolve_policy(
-    turn: AgentTurnContext, tool_name: str, tool_def: ToolDefinition | None
+    turn: AgentTurnContext,
+    tool_name: str,
+    tool_def: ToolDefinition | None,
+    toolset_decision: bool | None = None,
 ) -> ToolPolicy:
-    """Resolve one tool's policy for a turn.
+    """Resolve one deferred call's policy for a turn.
 
-    An explicit ``ToolPolicy`` in the session options wins unchanged. Otherwise the
-    effect comes from the tool's metadata (:func:`framework_tool_effect`) or the session's
-    default, and a tool declared ``requires_approval=True`` keeps needing approval.
+    The effect comes from an explicit ``ToolPolicy``, else the tool's metadata
+    (:func:`framework_tool_effect`), else the session's default. Pydantic AI's own approval
+    decision is passed as ``framework_requires_approval``: True for a tool declared
+    ``requires_approval=True`` (or a call Pydantic AI itself held for approval), else
+    ``toolset_decision``, what an ``ApprovalRequiredToolset``'s function answered for the
+    call (None when no such toolset holds the tool).
     """
-    policy = turn.resolve_tool_policy(tool_name, framework_tool_effect(tool_def))
-    explicit = tool_name in turn.options.tool_policies
-    if not explicit and framework_requires_approval(tool_def):
-        return ToolPolicy(policy.effect, requires_approval=True)
-    return policy
+    decision = True if framework_requires_approval(tool_def) else toolset_decision
+    return turn.resolve_tool_policy(
+        tool_name, framework_tool_effect(tool_def), framework_requires_approval=decision
+    )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from dex_agents import (
@@ -12,6 +12,7 @@ from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
+    ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
@@ -37,6 +38,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import (
     AgentDepsT,
     DeferredToolRequests,
@@ -45,7 +47,12 @@ from pydantic_ai.tools import (
     ToolApproved,
     ToolDefinition,
 )
-from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
+from pydantic_ai.toolsets import (
+    AbstractToolset,
+    ApprovalRequiredToolset,
+    PrefixedToolset,
+    RenamedToolset,
+)
 from pydantic_graph import End
 
 from dex_agents_pydantic_ai._items import (
@@ -60,31 +67,33 @@ from dex_agents_pydantic_ai._items import (
     user_request,
     with_approved_arguments,
 )
-from dex_agents_pydantic_ai._policies import framework_requires_approval, resolve_policy
+from dex_agents_pydantic_ai._policies import resolve_policy
 from dex_agents_pydantic_ai._streaming import forward_stream_event
 
-
-class MultipleModelCallsError(RuntimeError):
-    """The framework wanted a second model call inside one RunModel Step.
-
-    Pydantic AI does this by itself when every tool call of a response had invalid
-    arguments, or on output-validation and empty-response retries. The contract allows
-    one model call per Step, so the attempt fails and RunModel retries the one call.
-    """
+VALIDATION_RETRY = "validation_retry"
+"""The ``ContinueTurn.reason`` of a model call Pydantic AI answered with a retry request."""
 
 
 class _DeferEveryTool(AbstractCapability[Any]):
     """Per-run capability: defers every function tool the framework would run.
 
     It also records the tool definitions the run offered, so policies can read their
-    metadata. A call approved through ``DeferredToolResults`` passes, which is how
-    ``execute_deferred_tool_call`` runs one tool through the agent's own pipeline.
+    metadata, and, for each deferred call of a tool inside an ``ApprovalRequiredToolset``,
+    what that toolset's approval function decided for it. A call approved through
+    ``DeferredToolResults`` passes, which is how ``execute_deferred_tool_call`` runs one
+    tool through the agent's own pipeline.
     """
 
-    def __init__(self, allow: str | None = None) -> None:
+    def __init__(
+        self,
+        allow: str | None = None,
+        approval_toolsets: Sequence[ApprovalRequiredToolset[Any]] = (),
+    ) -> None:
         super().__init__()
         self.allow = allow
+        self.approval_toolsets = approval_toolsets
         self.tool_defs: dict[str, ToolDefinition] = {}
+        self.approval_decisions: dict[str, bool] = {}
 
     async def prepare_tools(
         self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
@@ -103,7 +112,25 @@ class _DeferEveryTool(AbstractCapability[Any]):
     ) -> Any:
         if ctx.tool_call_approved or call.tool_call_id == self.allow:
             return args
+        decision = await self._toolset_decision(ctx, call.tool_name, args)
+        if decision is not None:
+            self.approval_decisions[call.tool_call_id] = decision
         raise CallDeferred()
+
+    async def _toolset_decision(
+        self, ctx: RunContext[Any], tool_name: str, args: Any
+    ) -> bool | None:
+        # What ApprovalRequiredToolset.call_tool would decide for this call, asked now, when
+        # the call is deferred; None when no such toolset holds the tool.
+        decided: bool | None = None
+        for toolset in self.approval_toolsets:
+            tool = (await toolset.get_tools(ctx)).get(tool_name)
+            if tool is None:
+                continue
+            if toolset.approval_required_func(ctx, tool.tool_def, args):
+                return True
+            decided = False
+        return decided
 
 
 class PydanticAIRunner(Generic[AgentDepsT]):
@@ -124,11 +151,25 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         deps_factory: builds the agent's ``deps`` for every model call and tool call
             (deps are not stored); None passes no deps.
 
+    Each model call is its own RunModel Step. When Pydantic AI answers a model call with
+    a retry request instead of running tools or ending the run (every tool call had
+    invalid arguments, the output failed validation or an output validator raised
+    ``ModelRetry``, the response was empty), the Step returns
+    ``ContinueTurn(reason="validation_retry")`` and the next RunModel sends that request.
+    The retry counts Pydantic AI keeps (each tool's ``max_retries``, the output's
+    retries) travel in the run state, so a turn fails where the plain run would fail.
+
+    Approval: a tool declared ``requires_approval=True`` always needs approval; for a tool
+    inside an ``ApprovalRequiredToolset`` (``toolset.approval_required(fn)``) the function
+    is called on the Worker, inside RunModel, when the call is deferred, and its answer is
+    the ``framework_requires_approval`` of ``resolve_tool_policy`` (True: approval; False:
+    no approval unless an explicit ``ToolPolicy`` requires it, see
+    ``ToolPolicy.framework_may_waive_approval``).
+
     Raises:
-        ValueError: at construction, the agent has an ``ApprovalRequiredToolset`` (its
-            per-call approval function cannot feed the session's policy yet).
-        MultipleModelCallsError: from ``run_model_step`` when the framework wants a
-            second model call in the same Step (see the class).
+        ValueError: at construction, an ``ApprovalRequiredToolset`` sits inside a
+            ``PrefixedToolset`` or ``RenamedToolset`` (the names its function sees are not
+            the names the model calls); apply ``approval_required`` outside them.
 
     Concurrency: stateless between calls; ``execute_deferred_tool_call`` may run
     concurrently with itself, each call in its own agent run.
@@ -141,7 +182,7 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         *,
         deps_factory: Callable[[], AgentDepsT] | None = None,
     ) -> None:
-        _refuse_approval_toolsets(agent.toolsets)
+        self._approval_toolsets = _approval_toolsets(agent.toolsets)
         self.agent = agent
         self.deps_factory = deps_factory
         self._schema_copy: tuple[list[Any], Agent[AgentDepsT, Any]] | None = None
@@ -157,11 +198,14 @@ class PydanticAIRunner(Generic[AgentDepsT]):
         prior, prompt, user_item = _split_turn(turn)
         earlier: list[ModelMessage] = []
         results: DeferredToolResults | None = None
+        carried = _Retries()
         if turn.framework_run_state is not None:
             state = RunState.load(turn.framework_run_state, user_item)
             earlier = with_approved_arguments(state.messages, turn.tool_calls)
-            results = deferred_results(state.deferred, turn.tool_calls)
-        capability = _DeferEveryTool()
+            if state.deferred:
+                results = deferred_results(state.deferred, turn.tool_calls)
+            carried = _Retries(state.tool_retries, state.output_retries)
+        capability = _DeferEveryTool(approval_toolsets=self._approval_toolsets)
         # The turn's first call gives Pydantic AI the user prompt itself, as a plain run
         # does: it builds the request (system prompts on a session's first request) and
         # merges it with a trailing tool-return request of the previous turn. Later calls
@@ -174,15 +218,17 @@ class PydanticAIRunner(Generic[AgentDepsT]):
             capabilities=[capability],
             deps=self._deps(),
         ) as run:
+            run.ctx.state.output_retries_used = carried.output
             node: Any = run.next_node
             model_calls = 0
+            retry: _Retries | None = None
             while not isinstance(node, End):
                 if isinstance(node, ModelRequestNode):
                     if model_calls == 1:
-                        raise MultipleModelCallsError(
-                            "the agent asked for a second model call in one RunModel Step "
-                            "(invalid tool arguments or an output retry)"
-                        )
+                        # Pydantic AI asks the model again (a retry request): that call is
+                        # the next RunModel Step's.
+                        retry = _retries_after_step(run.ctx.deps.tool_manager, run.ctx.state)
+                        break
                     model_calls += 1
                     if _streams(run.ctx.deps.model):
                         async with node.stream(run.ctx) as stream:
@@ -193,15 +239,25 @@ class PydanticAIRunner(Generic[AgentDepsT]):
                         _forward_response(turn.events, node)
                         continue
                 elif isinstance(node, CallToolsNode):
+                    _restore_tool_retries(run.ctx.deps.tool_manager, carried.tools)
                     await turn.heartbeat()
                 node = await run.next(node)
             produced = [*earlier, *run.new_messages()]
-            output = node.data.output
+            output = None if retry is not None else node.data.output
         responses = [m for m in produced[len(earlier) :] if isinstance(m, ModelResponse)]
         usage = usage_of(responses[-1] if model_calls and responses else None)
+        if retry is not None:
+            state = RunState(
+                messages=[*produced, node.request],
+                deferred=[],
+                tool_retries=retry.tools,
+                output_retries=retry.output,
+            )
+            return ContinueTurn(state.dump(), usage, VALIDATION_RETRY)
         if not isinstance(output, DeferredToolRequests):
             return TurnCompleted(new_messages=_stored_turn(produced), usage=usage)
         pending = {call.tool_call_id for call in [*output.calls, *output.approvals]}
+        asked = {call.tool_call_id for call in output.approvals}
         ordered = [
             part
             for part in _last_response(produced).parts
@@ -213,7 +269,14 @@ class PydanticAIRunner(Generic[AgentDepsT]):
                 tool_call_id=part.tool_call_id,
                 tool_name=part.tool_name,
                 arguments=part.args_as_json_str(),
-                policy=resolve_policy(turn, part.tool_name, defs.get(part.tool_name)),
+                policy=resolve_policy(
+                    turn,
+                    part.tool_name,
+                    defs.get(part.tool_name),
+                    True
+                    if part.tool_call_id in asked
+                    else capability.approval_decisions.get(part.tool_call_id),
+                ),
             )
             for part in ordered
         ]
@@ -225,30 +288,24 @@ class PydanticAIRunner(Generic[AgentDepsT]):
 
         The tool sees validated arguments, its ``RunContext`` (with a two-message history
         holding only this call) and the agent's hooks. ``ctx.tool_call_approved`` is True
-        only when the session approved the call (its policy required approval) or the
-        tool is declared ``requires_approval=True`` and an explicit ``ToolPolicy`` waived
-        that. A tool that raises ``ApprovalRequired`` without such an approval is not run
-        past that point: it becomes ``ToolExecutionError`` naming the fix. ``ToolFailed``,
-        ``ModelRetry`` and invalid arguments become ``ToolExecutionError`` (recorded
-        failed, not retried); any other exception fails the Step and follows the effect's
-        retry policy.
+        only when the session approved the call (its policy required approval). A tool
+        that raises ``ApprovalRequired`` without such an approval (itself, or through an
+        ``ApprovalRequiredToolset`` whose function now answers otherwise than when the
+        call was deferred) is not run past that point: it becomes ``ToolExecutionError``
+        naming the fix. ``ToolFailed``, ``ModelRetry`` and invalid arguments become
+        ``ToolExecutionError`` (recorded failed, not retried); any other exception fails
+        the Step and follows the effect's retry policy.
         """
         record = call.tool_call
-        if record.requires_approval:
-            returned = await self._run_tool(record, approved=True)
-        else:
-            returned = await self._run_tool(record, approved=False)
-            if isinstance(returned, _AskedForApproval):
-                if not returned.declared:
-                    raise ToolExecutionError(
-                        f"tool {record.tool_name!r} raised ApprovalRequired, but its policy "
-                        "does not require approval, so it was not run; declare it with "
-                        "requires_approval=True or give it "
-                        "ToolPolicy(<effect>, requires_approval=True)"
-                    )
-                # requires_approval=True on the tool, waived by an explicit ToolPolicy.
-                returned = await self._run_tool(record, approved=True)
-        if isinstance(returned, _AskedForApproval) or returned is None:
+        returned = await self._run_tool(record, approved=record.requires_approval)
+        if isinstance(returned, _AskedForApproval):
+            raise ToolExecutionError(
+                f"tool {record.tool_name!r} raised ApprovalRequired, but its policy "
+                "does not require approval, so it was not run; declare it with "
+                "requires_approval=True or give it "
+                "ToolPolicy(<effect>, requires_approval=True)"
+            )
+        if returned is None:
             raise ToolExecutionError(f"the agent produced no result for {record.tool_name!r}")
         text = returned.model_response_str(wrap_if_error=False)
         if returned.outcome != "success":
@@ -284,8 +341,7 @@ class PydanticAIRunner(Generic[AgentDepsT]):
                 node = await run.next(node)
             if isinstance(node, End) and isinstance(node.data.output, DeferredToolRequests):
                 if any(p.tool_call_id == record.tool_call_id for p in node.data.output.approvals):
-                    tool_def = capability.tool_defs.get(record.tool_name)
-                    return _AskedForApproval(declared=framework_requires_approval(tool_def))
+                    return _AskedForApproval()
             return _tool_return(run.all_messages(), node, record.tool_call_id)
 
     def _deps(self) -> Any:
@@ -317,8 +373,34 @@ class PydanticAIRunner(Generic[AgentDepsT]):
 
 @dataclass(frozen=True)
 class _AskedForApproval:
-    # The unapproved run stopped for approval; declared: the tool is requires_approval=True.
-    declared: bool
+    """The unapproved run stopped because the call asked for approval."""
+
+
+@dataclass(frozen=True)
+class _Retries:
+    # Pydantic AI's retry counts as the next model call's step starts with them.
+    tools: dict[str, int] = field(default_factory=dict)
+    output: int = 0
+
+
+def _retries_after_step(tool_manager: ToolManager[Any], state: Any) -> _Retries:
+    # The carry-over ToolManager.for_run_step makes into the next step: failed tools count
+    # one more, tools that succeeded start again.
+    ctx = tool_manager.ctx
+    counts = dict(ctx.retries) if ctx is not None else {}
+    carried = {n: c for n, c in counts.items() if n not in tool_manager.succeeded_tools}
+    carried.update({n: counts.get(n, 0) + 1 for n in tool_manager.failed_tools})
+    return _Retries(carried, int(state.output_retries_used))
+
+
+def _restore_tool_retries(tool_manager: ToolManager[Any], counts: Mapping[str, int]) -> None:
+    # The first step of a continued run starts from no counts; give it the carried ones
+    # before its tool calls are validated, so max_retries holds across model calls.
+    ctx = tool_manager.ctx
+    if ctx is None:
+        return
+    for name, count in counts.items():
+        ctx.retries.setdefault(name, count)
 
 
 def _declared_outputs(agent: Agent[Any, Any]) -> list[Any]:
@@ -375,19 +457,33 @@ def _has_prompt(message: ModelRequest) -> bool:
     return any(isinstance(part, UserPromptPart) for part in message.parts)
 
 
-def _refuse_approval_toolsets(toolsets: Sequence[AbstractToolset[Any]]) -> None:
+def _approval_toolsets(
+    toolsets: Sequence[AbstractToolset[Any]], renamed_by: str | None = None
+) -> list[ApprovalRequiredToolset[Any]]:
+    """Every ``ApprovalRequiredToolset`` of the agent, outermost first.
+
+    Raises:
+        ValueError: one sits inside a toolset that renames tools.
+
+    """
+    found: list[ApprovalRequiredToolset[Any]] = []
     for toolset in toolsets:
         if isinstance(toolset, ApprovalRequiredToolset):
-            raise ValueError(
-                "an ApprovalRequiredToolset (toolset.approval_required(...)) decides approval "
-                "per call, which a durable session cannot honour yet; declare its tools with "
-                "requires_approval=True or give them ToolPolicy(<effect>, "
-                "requires_approval=True) in AgentSessionOptions.tool_policies"
-            )
+            if renamed_by is not None:
+                raise ValueError(
+                    f"an ApprovalRequiredToolset inside a {renamed_by} decides on tool names "
+                    "the model never calls; apply approval_required(...) outside it, e.g. "
+                    "toolset.prefixed('crm').approval_required(fn)"
+                )
+            found.append(toolset)
+        inner_renamed = renamed_by
+        if isinstance(toolset, PrefixedToolset | RenamedToolset):
+            inner_renamed = type(toolset).__name__
         inner = getattr(toolset, "wrapped", None)
         if isinstance(inner, AbstractToolset):
-            _refuse_approval_toolsets([inner])
-        _refuse_approval_toolsets(getattr(toolset, "toolsets", ()))
+            found.extend(_approval_toolsets([inner], inner_renamed))
+        found.extend(_approval_toolsets(getattr(toolset, "toolsets", ()), inner_renamed))
+    return found
 
 
 def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse:
