@@ -26,7 +26,8 @@ turn's events from the Stream to check that ``turn_completed`` was written.
   threads, ``/proc/<pid>/task/*/schedstat``); a busy machine inflates it less than wall
   time, so it shows an engine change more reliably.
 
-The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...``.
+The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
+server_cpu_ms=... worker_cpu_ms=...`` (CPU per turn of fresh sessions).
 """
 
 from __future__ import annotations
@@ -350,9 +351,11 @@ async def bench(args: argparse.Namespace) -> str:
         long.cpu_turns,
     )
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
+    per_turn = [cpu_fresh[i] * 1000 / max(fresh_turns, 1) for i in range(2)]
     return (
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
-        f"ratio={thousand / zero:.2f} prior_messages={prior} "
+        f"ratio={thousand / zero:.2f} server_cpu_ms={per_turn[0]:.2f} "
+        f"worker_cpu_ms={per_turn[1]:.2f} prior_messages={prior} "
         f"fsync={'off' if args.no_fsync else 'on'} store=sqlite"
     )
 
