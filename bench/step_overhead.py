@@ -19,9 +19,13 @@ runs on the first).
 
 The server is ``python -m dex_server`` on SQLite (``synchronous=FULL`` unless
 ``--no-fsync``) or PostgreSQL (``synchronous_commit`` on unless ``--no-fsync``); the
-Worker is an ``AsyncWorker`` child process. The last line is::
+Worker is an ``AsyncWorker`` child process. During the sequential chain the bench also
+reads, for every thread of the (first) server and its Worker, the CPU time
+(``/proc/<pid>/task/*/schedstat``) and the context switches (voluntary and involuntary,
+``/proc/<pid>/task/*/status``), and reports them per Step. The last line is::
 
-    step_overhead p50_ms=... p95_ms=... steps_per_s=... fsync=on store=sqlite|postgres servers=1
+    step_overhead p50_ms=... p95_ms=... steps_per_s=... server_cpu_ms=... worker_cpu_ms=...
+        server_cs=... worker_cs=... fsync=on store=sqlite|postgres servers=1
 """
 
 from __future__ import annotations
@@ -124,6 +128,25 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 # --------------------------------------------------------------------------- measurements
 
 
+def process_counters(pid: int) -> tuple[float, int]:
+    """CPU seconds and context switches of all threads of ``pid`` so far."""
+    cpu_ns = 0
+    switches = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0, 0
+    for tid in threads:
+        try:
+            cpu_ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return cpu_ns / 1e9, switches
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
@@ -193,7 +216,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             for c in clients:
                 await run_chain(c, 50)  # warm up every process and the store
             load_before = os.getloadavg()[0]
+            watched = [servers[0].pid, workers[0].pid]
+            before = [process_counters(pid) for pid in watched]
             overheads, wall_ms = await sequential(clients[0], args.steps)
+            after = [process_counters(pid) for pid in watched]
             steps_per_s = await concurrent(clients, args.flows, args.flow_steps)
         finally:
             for c in clients:
@@ -201,6 +227,9 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     finally:
         for proc in [*workers, *servers]:
             stop(proc)
+    # per Step of the sequential chain: CPU ms and context switches of the server, the Worker
+    cpu_ms = [(a[0] - b[0]) * 1000.0 / args.steps for a, b in zip(after, before, strict=True)]
+    switches = [(a[1] - b[1]) / args.steps for a, b in zip(after, before, strict=True)]
     p50 = statistics.median(overheads)
     p95 = percentile(overheads, 0.95)
     fsync = "off" if args.no_fsync else "on"
@@ -213,10 +242,16 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         f"concurrent: {args.flows} Flows x {args.flow_steps} Steps on {args.servers} "
         f"server(s), {steps_per_s:.0f} Steps/s"
     )
+    print(
+        f"per Step (sequential): server {cpu_ms[0]:.3f} ms CPU, {switches[0]:.2f} context "
+        f"switches; Worker {cpu_ms[1]:.3f} ms CPU, {switches[1]:.2f} context switches"
+    )
     # the figures are only as good as the machine is quiet: other load skews them
     print(f"load average (1 min) at start / end: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
+        f"server_cpu_ms={cpu_ms[0]:.3f} worker_cpu_ms={cpu_ms[1]:.3f} "
+        f"server_cs={switches[0]:.2f} worker_cs={switches[1]:.2f} "
         f"fsync={fsync} store={store} servers={args.servers}"
     )
 

@@ -13,6 +13,7 @@ from dex._protocol import (
     Register,
     Registered,
     ResultFrame,
+    ServerBatch,
     ServerFrame,
     Task,
     TaskFrame,
@@ -37,6 +38,7 @@ class RawWorker:
         token: str | None = None,
         instance_id: str = "",
         resume: list[str] | None = None,
+        batches: bool = False,
     ) -> None:
         self.address = address
         self.instance_id = instance_id
@@ -52,6 +54,8 @@ class RawWorker:
         self.ws: websockets.ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
+        self.batches = batches  # announce that it reads ServerBatch frames
+        self.batches_received = 0
 
     async def __aenter__(self) -> RawWorker:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -66,6 +70,7 @@ class RawWorker:
                 reserved_rpc_tasks=self.reserved,
                 worker_instance_id=self.instance_id,
                 resume_task_ids=self.resume,
+                accepts_batches=self.batches,
             )
         )
         first = server_frame_decoder.decode(await self.ws.recv())
@@ -96,10 +101,15 @@ class RawWorker:
         assert self.ws is not None
         async for msg in self.ws:
             frame = server_frame_decoder.decode(msg)
-            self.frames.append(frame)
-            if isinstance(frame, TaskFrame):
-                self.tasks.append(frame.task)
-                asyncio.create_task(self._run(frame.task))
+            frames: list[ServerFrame] = [frame]
+            if isinstance(frame, ServerBatch):
+                self.batches_received += 1
+                frames = list(frame.frames)
+            for one in frames:
+                self.frames.append(one)
+                if isinstance(one, TaskFrame):
+                    self.tasks.append(one.task)
+                    asyncio.create_task(self._run(one.task))
 
     async def _run(self, task: Task) -> None:
         result = await self.handler(self, task)

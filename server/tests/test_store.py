@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,42 @@ async def test_wal_restarts_under_sustained_writes(
     assert wal < rows * 4096 // 2
     conn = sqlite3.connect(tmp_path / "db")
     assert conn.execute("SELECT count(*) FROM flows").fetchone() == (rows,)
+
+
+async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_the_writer(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    loop_thread = threading.get_ident()
+    order: list[str] = []
+
+    def job(name: str):  # type: ignore[no-untyped-def]
+        def run(tx: object) -> int:
+            order.append(name)
+            return threading.get_ident()
+
+        return run
+
+    try:
+        # alone in its loop iteration, with the writer idle: committed right here
+        assert await store.submit(job("lone"), inline=True) == loop_thread
+        # several in one iteration (load): the writer takes them
+        many = [store.submit(job(f"many-{i}"), inline=True) for i in range(3)]
+        threads = await asyncio.gather(*many)
+        assert all(t != loop_thread for t in threads)
+        # an ordinary job submitted after an inline one runs after it
+        first = store.submit(job("inline-first"), inline=True)
+        second = store.submit(job("queued-second"))
+        await asyncio.gather(first, second)
+        assert order[-2:] == ["inline-first", "queued-second"]
+
+        # an inline job that fails rolls back alone and raises to its caller
+        def boom(tx: object) -> None:
+            raise ValueError("inline job fails")
+
+        with pytest.raises(ValueError, match="inline job fails"):
+            await store.submit(boom, inline=True)
+        assert store.jobs == 7
+    finally:
+        await store.close()

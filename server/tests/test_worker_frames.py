@@ -2,7 +2,8 @@
 
 A raw Worker (no SDK) sends a result frame over the announced ``max_worker_frame_bytes``,
 or a garbled one: the attempt fails with an error naming the problem, the connection stays
-open, and the task is not delivered again at the same attempt.
+open, and the task is not delivered again at the same attempt. Batches of frames (one
+WebSocket message holding several) are handled frame by frame, in order.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from dex._protocol import (
     FlowSpec,
     Heartbeat,
     HeartbeatAck,
+    ResultFrame,
     RetryPolicySpec,
     StartFlowRequest,
     StepOptionsSpec,
     StepSpec,
     TaskResult,
+    encode_batch,
     encoder,
 )
 from dex_server.testing import running_server
@@ -150,3 +153,60 @@ async def test_garbage_frames_are_logged_a_few_times_then_the_connection_closes(
         assert w.ws.close_code == 1008
         log = (srv.directory / "server.log").read_text()
         assert 0 < log.count("refused a unreadable frame") <= 20, log[-2000:]
+
+
+async def wait_tasks(w: RawWorker, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while len(w.tasks) < count:
+        assert time.monotonic() < deadline, f"{len(w.tasks)} of {count} tasks arrived"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_batch_with_a_garbled_frame_still_delivers_its_other_frames(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        RawWorker(srv.address, [SPEC], silent, batches=True) as w,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        assert w.welcome is not None and w.welcome.accepts_batches
+        await start(http, "good")
+        await wait_tasks(w, 1)
+        await start(http, "bad")
+        await wait_tasks(w, 2)
+        by_flow = {t.flow_id: t for t in w.tasks}
+        done = DecisionSpec(kind="graceful_complete", output=raw("fine"))
+        good = encoder.encode(
+            ResultFrame(result=TaskResult(task_id=by_flow["good"].task_id, decision=done))
+        )
+        bad = encoder.encode(
+            {"type": "result", "result": {"task_id": by_flow["bad"].task_id, "decision": 5}}
+        )
+        await w.send_raw(encode_batch([good, bad]))
+        good_res, bad_res = await result_of(http, "good"), await result_of(http, "bad")
+        assert good_res["status"] == "completed", good_res
+        assert bad_res["status"] == "failed", bad_res
+        assert "BAD_REQUEST" in str(bad_res["error_message"]), bad_res
+        assert len(w.tasks) == 2  # neither delivered again
+        assert w.ws is not None and w.ws.close_code is None
+
+
+async def test_tasks_ready_together_reach_a_batching_worker_in_one_message(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=30) as http,
+    ):
+        for n in range(5):  # queued: no Worker is connected yet
+            await start(http, f"queued-{n}")
+        async with RawWorker(srv.address, [SPEC], silent, slots=8, batches=True) as w:
+            await wait_tasks(w, 5)
+            assert w.batches_received >= 1
+            assert sorted(t.flow_id for t in w.tasks) == [f"queued-{n}" for n in range(5)]
+        for n in range(5, 8):
+            await start(http, f"queued-{n}")
+        async with RawWorker(srv.address, [SPEC], silent, slots=8) as old:
+            await wait_tasks(old, 3)  # a Worker that did not ask for batches gets single frames
+            assert old.batches_received == 0

@@ -48,6 +48,7 @@ class _Invocation:
     """Per-invocation state shared by the Context and the state handles."""
 
     __slots__ = (
+        "after_commit",
         "buffers",
         "cancelled",
         "codec",
@@ -94,6 +95,7 @@ class _Invocation:
         self.events: list[RecordedEvent] = []
         self.event_names: set[str] = set()
         self.buffers: list[BufferedText] = []
+        self.after_commit: list[tuple[str, bytes]] = []  # Stream writes held for the commit
         self.yielded: dict[int, object] = {}  # frames a generator yielded, by id (kept alive)
         # map instances read on demand (load_range / load_keys); None: read as unset
         self.fetched: dict[str, bytes | None] = {}

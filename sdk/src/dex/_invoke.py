@@ -20,7 +20,14 @@ from typing import Any, Protocol
 from msgspec import Raw
 
 from dex._context import AsyncContext, Context, _Invocation
-from dex._protocol import TIMEOUT_HANDLER_STEP, ErrorInfo, StateValues, Task, TaskResult
+from dex._protocol import (
+    TIMEOUT_HANDLER_STEP,
+    CommittedStreamWrite,
+    ErrorInfo,
+    StateValues,
+    Task,
+    TaskResult,
+)
 from dex._registry import FlowEntry, Registry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
@@ -257,6 +264,9 @@ def _result(inv: _Invocation, **kw: Any) -> TaskResult:
         channel_deletes=inv.deletes,
         locals={k: Raw(v) for k, v in inv.locals.items()},
         events=inv.events,
+        stream_writes=[
+            CommittedStreamWrite(stream=name, value=Raw(data)) for name, data in inv.after_commit
+        ],
         **kw,
     )
 

@@ -299,6 +299,13 @@ class Publish(Struct, kw_only=True):
     value: Raw
 
 
+class CommittedStreamWrite(Struct, kw_only=True):
+    """A Stream write the server appends only once the task's result has committed."""
+
+    stream: str
+    value: Raw
+
+
 class RecordedEvent(Struct, kw_only=True):
     name: str
     value: OptionalRaw = None
@@ -319,6 +326,7 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
     rpc_output: OptionalRaw = None
     rpc_movements: list[Movement] = []
     rpc_cancel_steps: list[str] = []
+    stream_writes: list[CommittedStreamWrite] = []  # appended after the commit, in order
 
     def __post_init__(self) -> None:
         # A JSON null in attribute_writes decodes as Raw(b"null"); it means "delete".
@@ -349,6 +357,8 @@ class Register(Struct, tag="register", kw_only=True):
     protocol_version: int = PROTOCOL_VERSION
     worker_instance_id: str = ""
     resume_task_ids: list[str] = []
+    accepts_batches: bool = False
+    """The Worker reads ``ServerBatch`` frames (an older Worker gets single frames only)."""
 
 
 class Heartbeat(Struct, tag="heartbeat", kw_only=True, omit_defaults=True):
@@ -394,7 +404,18 @@ class ReadState(Struct, tag="read_state", kw_only=True, omit_defaults=True):
     limit: int | None = None
 
 
-WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject | ReadState
+class WorkerBatch(Struct, tag="batch", kw_only=True):
+    """Several frames of a registered Worker in one WebSocket message, handled in order.
+
+    Sent only to a server whose ``Registered.accepts_batches`` is set, and never larger
+    than its ``max_frame_bytes``. It saves a message (a write and a wake-up on each side)
+    per frame when frames queue up faster than they leave.
+    """
+
+    frames: list[Heartbeat | StreamWrite | ResultFrame | Reject | ReadState]
+
+
+WorkerFrame = Register | Heartbeat | StreamWrite | ResultFrame | Reject | ReadState | WorkerBatch
 
 
 class Registered(Struct, tag="registered", kw_only=True):
@@ -416,6 +437,8 @@ class Registered(Struct, tag="registered", kw_only=True):
     max_frame_bytes: int = 0
     resumed_task_ids: list[str] = []
     reconnect_grace_s: float = 0.0
+    accepts_batches: bool = False
+    """The server reads ``WorkerBatch`` frames (an older server gets single frames only)."""
 
 
 class TaskFrame(Struct, tag="task", kw_only=True):
@@ -462,7 +485,33 @@ class StateValues(Struct, tag="state_values", kw_only=True, omit_defaults=True):
     error: str | None = None
 
 
-ServerFrame = Registered | TaskFrame | HeartbeatAck | CancelTask | RegisterRejected | StateValues
+class ServerBatch(Struct, tag="batch", kw_only=True):
+    """Several frames for a Worker in one WebSocket message, handled in order.
+
+    Sent only to a Worker whose ``Register.accepts_batches`` is set.
+    """
+
+    frames: list[TaskFrame | HeartbeatAck | CancelTask | StateValues]
+
+
+ServerFrame = (
+    Registered
+    | TaskFrame
+    | HeartbeatAck
+    | CancelTask
+    | RegisterRejected
+    | StateValues
+    | ServerBatch
+)
+
+BATCH_HEAD = b'{"type":"batch","frames":['
+BATCH_TAIL = b"]}"
+
+
+def encode_batch(frames: list[bytes]) -> bytes:
+    """One batch frame (``WorkerBatch`` / ``ServerBatch``) of already encoded frames."""
+    return BATCH_HEAD + b",".join(frames) + BATCH_TAIL
+
 
 # --------------------------------------------------------------------------- client API
 

@@ -19,6 +19,7 @@ from tests.e2e_flows import (
     search_flows,
     state_flows,
     step_flows,
+    stream_flows,
     subflow_flows,
     time_flows,
 )
@@ -41,6 +42,7 @@ def all_flows() -> Registry:
             *reconnect_flows.FLOWS,
             *subflow_flows.FLOWS,
             *search_flows.FLOWS,
+            *stream_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions, ToolAnnotations, tool
+from claude_agent_sdk import ClaudeAgentOptions, ToolAnnotations, create_sdk_mcp_server, tool
 from dex_agents import (
     AgentSessionFlow,
     AgentSessionOptions,
@@ -37,10 +37,23 @@ TOOLS = ("lookup_order", "add_note", "issue_refund")
 ORDERS = {1042: {"order_id": 1042, "item": "espresso machine", "total": 249}}
 
 GATED_TOOLS = {"crash_note": ("add_note",), "crash_refund": ("issue_refund",)}
-MODEL_GATES = {"crash_model": "model-turn-1-call-1"}
-NO_APPROVAL_SCENARIOS = {"sequential", "parallel", "crash_note", "crash_refund", "crash_model"}
+MODEL_GATES = {"crash_model": "model-turn-1-call-1", "crash_inner": "model-turn-1-call-1"}
+NO_APPROVAL_SCENARIOS = {
+    "sequential",
+    "parallel",
+    "parallel_later",
+    "crash_note",
+    "crash_refund",
+    "crash_model",
+}
 PARALLEL_SCENARIOS = {"parallel"}
+# The first response asks for one tool, a later one for several at once.
+LATER_PARALLEL_SCENARIOS = {"parallel_later"}
 BASH_SCENARIOS = {"bash"}
+# The agent serves a tool from an SDK MCP server of its own: the CLI runs it in RunModel.
+INNER_SCENARIOS = {"inner", "crash_inner"}
+INNER_SERVER = "shop"
+INNER_KIND = "inner:store_hours"
 
 
 def tool_kind(name: str) -> str:
@@ -114,6 +127,17 @@ class SupportDesk:
 
         return [lookup_order, add_note, issue_refund]
 
+    def inner_tools(self) -> list[Any]:
+        @tool("store_hours", "Opening hours of the shop.", {})
+        async def store_hours(args: dict[str, Any]) -> dict[str, Any]:
+            # No tool Step runs it: current_tool_execution() is None inside RunModel.
+            self.log.record(
+                INNER_KIND, "in-step", f"tool_step={current_tool_execution() is not None}"
+            )
+            return text_result("open 9 to 17")
+
+        return [store_hours]
+
 
 # ---------------------------------------------------------------------- the model
 
@@ -143,10 +167,17 @@ def script(scenario: str, call: ModelCall) -> FakeReply | str:
             )
         result = call.tool_results[-1]
         return f"Bash[{'error' if result.is_error else 'ok'}]={result.text}"
+    if scenario in INNER_SCENARIOS:
+        if not call.tool_results:
+            hours = FakeToolCall(f"mcp__{INNER_SERVER}__store_hours", {})
+            return FakeReply(text="Checking the hours.", tool_calls=(hours,))
+        return f"Hours: {call.tool_results[-1].text}"
     done = {r.tool_name for r in call.tool_results if "Not run" not in r.text}
     missing = [name for name in TOOLS if cli_name(name) not in done]
     if missing:
         wanted = missing if scenario in PARALLEL_SCENARIOS else missing[:1]
+        if scenario in LATER_PARALLEL_SCENARIOS and len(missing) < len(TOOLS):
+            wanted = missing
         return FakeReply(
             text="Let me handle that.", tool_calls=tuple(_tool_request(n, text) for n in wanted)
         )
@@ -167,10 +198,17 @@ def flow_type(scenario: str) -> str:
 
 
 def agent_options(scenario: str, state_dir: Path) -> ClaudeAgentOptions:
+    allowed = ["Bash"] if scenario in BASH_SCENARIOS else []
+    servers: dict[str, Any] = {}
+    if scenario in INNER_SCENARIOS:
+        inner = SupportDesk(scenario, state_dir).inner_tools()
+        servers[INNER_SERVER] = create_sdk_mcp_server(INNER_SERVER, tools=inner)
+        allowed.append(f"mcp__{INNER_SERVER}__store_hours")
     return ClaudeAgentOptions(
         system_prompt="You are a support-desk agent. Use the tools.",
         tools=["Bash"] if scenario in BASH_SCENARIOS else [],
-        allowed_tools=["Bash"] if scenario in BASH_SCENARIOS else [],
+        allowed_tools=allowed,
+        mcp_servers=servers,
         setting_sources=[],
         cwd=str(state_dir),
     )

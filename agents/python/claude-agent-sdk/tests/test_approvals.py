@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dex_agents import AgentSnapshot, ToolCallStatus, ToolEffect
@@ -73,3 +74,54 @@ async def test_builtin_bash_waits_for_a_durable_approval(scenario: ScenarioFacto
         # Approved, the CLI ran the command itself, in the next model step.
         assert Path(target).read_text().strip() == "refunded"
         assert snapshot.messages[-1].text.startswith("Bash[ok]")
+
+
+async def test_an_approver_edits_the_refund_before_it_runs(scenario: ScenarioFactory) -> None:
+    async with scenario("approval") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("e1", REQUEST)
+        interrupt_id = await wait_for_approval(s, "e1", "issue_refund")
+        edited = json.dumps({"order_id": 1042, "amount": 120})
+        assert await s.sessions.resolve_interrupt("e1", interrupt_id, True, arguments=edited)
+        snapshot = await s.wait_for_answers("e1", 1)
+        assert s.log.count(tool_kind("issue_refund")) == 1
+        final = snapshot.messages[-1].text
+        assert "issue_refund[ok]=[The approver changed the arguments; the call ran with" in final
+        assert "refund of $120 issued for order 1042" in final
+        # The model and the stored conversation see the call as it ran.
+        assert s.model.calls[-1].saw_text('"amount": 120')
+        assert not s.model.calls[-1].saw_text('"amount": 249')
+        assert any('"amount": 120' in m.text for m in snapshot.messages)
+
+
+async def test_an_approver_edits_a_bash_command_the_cli_then_runs(
+    scenario: ScenarioFactory,
+) -> None:
+    async with scenario("bash") as s:
+        await s.stack.start_worker()
+        target = s.state_dir / "refund.txt"
+        await s.sessions.start_session("e2", f"write the refund to {target}")
+        interrupt_id = await wait_for_approval(s, "e2", "Bash")
+        edited = json.dumps({"command": f"echo edited-by-approver > {target}"})
+        assert await s.sessions.resolve_interrupt("e2", interrupt_id, True, arguments=edited)
+        snapshot = await s.wait_for_answers("e2", 1)
+        # The CLI ran the approver's command, and the model sees the call as it ran.
+        assert target.read_text().strip() == "edited-by-approver"
+        last = s.model.calls[-1]
+        assert last.saw_text("echo edited-by-approver") and not last.saw_text("echo refunded")
+        assert snapshot.messages[-1].text.startswith("Bash[ok]")
+
+
+async def test_a_rejected_bash_command_never_runs(scenario: ScenarioFactory) -> None:
+    async with scenario("bash") as s:
+        await s.stack.start_worker()
+        target = s.state_dir / "refund.txt"
+        await s.sessions.start_session("e3", f"write the refund to {target}")
+        interrupt_id = await wait_for_approval(s, "e3", "Bash")
+        assert await s.sessions.resolve_interrupt(
+            "e3", interrupt_id, approved=False, rejection_message="no shell today"
+        )
+        snapshot = await s.wait_for_answers("e3", 1)
+        assert not target.exists()
+        final = snapshot.messages[-1].text
+        assert final.startswith("Bash[error]") and "no shell today" in final

@@ -9,9 +9,12 @@ from dex_agents import AgentMessage, MessageRole, ToolEffect
 from dex_agents_claude_agent_sdk import ClaudeAgentRunner, cli_session_id, tool_effect
 from dex_agents_claude_agent_sdk._transcript import (
     RunState,
+    deferral_last,
+    recorded_session_id,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
+    with_tool_input,
 )
 
 
@@ -108,3 +111,49 @@ def test_run_state_round_trips_and_refuses_other_formats() -> None:
     assert RunState.load(state.dump()) == state
     with pytest.raises(ValueError, match="not a dex-claude-agent-sdk/1 run state"):
         RunState.load('{"format": "other"}')
+
+
+def test_the_deferral_record_ends_a_deferred_steps_entries() -> None:
+    deferral: Any = {
+        "type": "attachment",
+        "uuid": "d1",
+        "parentUuid": "m2",
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": "t1"},
+    }
+    other: Any = {
+        "type": "attachment",
+        "uuid": "d0",
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": "t0"},
+    }
+    refusal: Any = {"type": "user", "uuid": "r2", "parentUuid": "m2"}
+    moved = deferral_last([other, deferral, refusal], "t1")
+    assert moved == [other, refusal, deferral]
+    assert deferral_last([refusal, deferral], "t1") == [refusal, deferral]
+
+
+def test_a_retried_first_step_starts_under_a_session_id_of_its_own() -> None:
+    assert cli_session_id("s1", 1) == cli_session_id("s1")
+    assert cli_session_id("s1", 2) not in (cli_session_id("s1"), cli_session_id("s1", 3))
+    entries: Any = [{"type": "user", "sessionId": "a"}, {"type": "last-prompt"}]
+    assert recorded_session_id(entries) == "a"
+    assert recorded_session_id([]) is None
+
+
+def test_an_edited_call_is_rewritten_where_the_transcript_holds_it() -> None:
+    entries: Any = [
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "x"},
+                    {"type": "tool_use", "id": "t1", "input": {"a": 1}},
+                    {"type": "tool_use", "id": "t2", "input": {"a": 2}},
+                ]
+            },
+        },
+        {"type": "attachment", "attachment": {"type": "hook_deferred_tool", "toolUseID": "t1"}},
+    ]
+    out: Any = with_tool_input(entries, "t1", {"a": 9})
+    assert [b.get("input") for b in out[0]["message"]["content"]] == [None, {"a": 9}, {"a": 2}]
+    assert out[1]["attachment"]["toolInput"] == {"a": 9}
+    assert entries[0]["message"]["content"][1]["input"] == {"a": 1}  # the input is not changed

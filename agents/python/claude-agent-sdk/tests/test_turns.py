@@ -104,6 +104,10 @@ async def test_parallel_custom_calls_run_one_after_another(scenario: ScenarioFac
         second = s.model.calls[1]
         refused = [r for r in second.tool_results if ONE_CALL_AT_A_TIME in r.text]
         assert [r.tool_name for r in refused] == [cli_name("add_note"), cli_name("issue_refund")]
+        # The later response asking for two again resumes without the CLI's repairs.
+        assert not any(
+            c.saw_text(CLI_REPAIRS[0]) or c.saw_text(CLI_REPAIRS[1]) for c in s.model.calls
+        )
         assert "issue_refund[ok]=refund of $249 issued" in snapshot.messages[-1].text
         # Each model call had its own RunModel Step.
         history = await s.stack.read_step_history("p1")
@@ -138,3 +142,35 @@ async def test_durable_run_matches_the_sdk_run_alone(
         assert alone.startswith("Done. Results: lookup_order[ok]=")
         for name in TOOLS:
             assert s.log.count(f"direct:{name}") == 1, name
+
+
+# What the CLI writes into a conversation it resumes after a cut-short turn.
+CLI_REPAIRS = ("Tool result missing due to internal error", "No response requested.")
+
+
+async def test_a_later_response_with_several_calls_resumes_cleanly(
+    scenario: ScenarioFactory,
+) -> None:
+    async with scenario("parallel_later") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("l1", "My order 1042 arrived broken, refund it")
+        snapshot = await s.wait_for_answers("l1", 1)
+
+        # The second response asked for add_note and issue_refund: add_note was deferred,
+        # issue_refund refused. Resuming, the model saw add_note's real result and nothing
+        # the CLI makes up for a turn it thinks was cut short.
+        for name in TOOLS:
+            assert s.log.count(tool_kind(name)) == 1, name
+        for call in s.model.calls:
+            for repair in CLI_REPAIRS:
+                assert not call.saw_text(repair), (call.call_index, repair)
+        third = s.model.calls[2]
+        assert [(r.tool_name, r.is_error) for r in third.tool_results[1:]] == [
+            (cli_name("issue_refund"), True),
+            (cli_name("add_note"), False),
+        ]
+        assert third.tool_results[2].text == "note stored on order 1042"
+        assert len(s.model.calls) == 4
+        texts = [m.text for m in snapshot.messages]
+        assert not any(repair in text for text in texts for repair in CLI_REPAIRS)
+        assert "issue_refund[ok]=refund of $249 issued" in texts[-1]

@@ -17,9 +17,9 @@ from dex_agents import (
     AgentSessionFlow,
     AgentSessionOptions,
     AgentTurnContext,
-    AgentTurnOutcome,
     DeferredToolExecution,
     MCPToolSource,
+    ModelStepOutcome,
     SourceTool,
     ToolEffect,
     ToolExecutionResult,
@@ -81,7 +81,7 @@ class SourceRunner(ScriptedRunner):
                 return ScriptedToolCalls(calls=[tool])
         return ScriptedText(text=f"echo: {call.user_text}")
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         await self._load()
         return await super().run_model_step(turn)
 

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from dex_agents import AgentInterrupt, AgentSnapshot, ToolCallStatus
+from dex_agents import AgentEventType, AgentInterrupt, AgentSnapshot, ToolCallStatus
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, tool_call_kind, wait_for_agent_snapshot
 
 from tests.agent_helpers import assistant_texts, wait_idle
@@ -80,3 +82,33 @@ async def test_an_approval_deadline_expires_as_a_rejection(scenario: ScenarioFac
         assert not await s.sessions.resolve_interrupt(
             "deadline-1", interrupt.interrupt_id, approved=True
         )
+
+
+async def test_an_event_announcing_state_finds_it_committed(scenario: ScenarioFactory) -> None:
+    """A client acting on events alone, as the seeds' UI does, never reads ahead of them."""
+    async with scenario("router") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("announce-1", "refund order 7")
+        seen: list[AgentEventType] = []
+
+        async def follow() -> None:
+            async for event in s.sessions.follow_events("announce-1"):
+                seen.append(event.type)
+                if event.type is AgentEventType.TOOL_CALL_DEFERRED:
+                    snapshot = await s.sessions.get_agent_snapshot("announce-1")
+                    ids = [c.tool_call_id for c in snapshot.tool_calls]
+                    assert event.data["tool_call_id"] in ids
+                elif event.type is AgentEventType.INTERRUPT_RAISED:
+                    # answered straight from the event: the approval is pending already
+                    assert await s.sessions.resolve_interrupt(
+                        "announce-1", event.data["interrupt_id"], approved=True
+                    )
+                elif event.type is AgentEventType.TURN_COMPLETED:
+                    snapshot = await s.sessions.get_agent_snapshot("announce-1")
+                    assert len(snapshot.messages) == event.data["message_count"]
+                    assert snapshot.pending_interrupts == []
+                    return
+
+        await asyncio.wait_for(follow(), timeout=60)
+        assert AgentEventType.INTERRUPT_RAISED in seen
+        assert s.log.count(tool_call_kind("issue_refund")) == 1

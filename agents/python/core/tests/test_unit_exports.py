@@ -44,6 +44,7 @@ EXPECTED = {
     "AgentTurnContext",
     "AgentTurnOutcome",
     "ContinueTurn",
+    "ModelStepOutcome",
     "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
     "MAX_CONTINUE_REASON_LENGTH",
     "AgentUsage",

@@ -56,11 +56,19 @@ class Stream(Generic[T]):
             raise DexError("Streams can only be written from Step handlers, not from RPCs")
         return inv
 
-    def write(self, context: Context, value: T) -> StreamOutput:
+    def write(self, context: Context, value: T, *, after_commit: bool = False) -> StreamOutput:
         """Write one value.
 
         In an ``async def`` handler (and a plain sync handler) the value is sent at once; in
         a sync generator handler ``yield`` the returned frame to send it.
+
+        With ``after_commit=True`` (beyond the Dex model) the value travels inside the
+        handler's result instead, and the server appends it only once that result has
+        committed: a reader who sees it also sees the state the Step wrote. It is dropped
+        when the attempt fails. Such values follow every value written at once by the same
+        attempt; use it for a message that announces committed state (``approval
+        pending``, ``order shipped``), and plain writes for live progress. A generator
+        handler need not yield the returned frame.
 
         Raises:
             DexError: called from an RPC handler.
@@ -68,7 +76,11 @@ class Stream(Generic[T]):
 
         """
         inv = self._inv(context)
-        return _send(inv, self.name, inv.codec(self.value_type).encode(value))
+        data = inv.codec(self.value_type).encode(value)
+        if after_commit:
+            inv.after_commit.append((self.name, data))
+            return StreamOutput(self.name, data, sent=True)
+        return _send(inv, self.name, data)
 
     @overload
     def buffered_text(  # type: ignore[overload-overlap]  # an AsyncContext is a Context

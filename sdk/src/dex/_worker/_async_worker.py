@@ -319,6 +319,7 @@ class AsyncWorker:
             sdk_version=_sdk_version(),
             worker_instance_id=self.instance_id,
             resume_task_ids=resume_task_ids or [],
+            accepts_batches=True,
         )
 
     # ------------------------------------------------------------------ internals

@@ -38,11 +38,14 @@ from dex._protocol import (
     RegisterRejected,
     Reject,
     ResultFrame,
+    ServerBatch,
+    ServerFrame,
     StateValues,
     StreamWrite,
     Task,
     TaskFrame,
     TaskResult,
+    encode_batch,
     encoder,
     server_frame_decoder,
 )
@@ -63,6 +66,11 @@ _RESULT_RESEND_WINDOW_S = 10.0
 _RESULT_RESEND_MAX_BYTES = 32 * 1024 * 1024
 # The largest frame a server that does not announce its limit accepts (its default).
 _DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Frames waiting together leave as one batch of at most this many frames and bytes (and
+# never more than the server's frame limit): small frames share a message, large ones
+# go alone.
+_BATCH_MAX_FRAMES = 256
+_BATCH_MAX_BYTES = 1024 * 1024
 
 
 class SessionLostError(ConnectionError):
@@ -153,6 +161,7 @@ class Session:
         self._connections = 0
         self._grace_s = 0.0
         self._max_frame = _DEFAULT_MAX_FRAME_BYTES
+        self._batches = False  # the server reads WorkerBatch frames
 
     @property
     def connected(self) -> bool:
@@ -177,6 +186,7 @@ class Session:
                     if answer.max_frame_bytes > 0:
                         self._max_frame = answer.max_frame_bytes
                     self._grace_s = max(0.0, answer.reconnect_grace_s)
+                    self._batches = answer.accepts_batches
                     self._attach(ws, set(answer.resumed_task_ids))
                     return answer
                 if isinstance(answer, RegisterRejected):
@@ -291,6 +301,13 @@ class Session:
 
     def _on_frame(self, message: str | bytes) -> None:
         frame = server_frame_decoder.decode(message)
+        if isinstance(frame, ServerBatch):
+            for inner in frame.frames:
+                self._on_decoded(inner)
+        else:
+            self._on_decoded(frame)
+
+    def _on_decoded(self, frame: ServerFrame) -> None:
         if isinstance(frame, TaskFrame):
             self._on_task(frame.task)
         elif isinstance(frame, HeartbeatAck):
@@ -489,17 +506,34 @@ class Session:
             await self._out_ready.wait()
             self._out_ready.clear()
             while self._out:
-                item = self._out.popleft()
-                if item[2]:
-                    self._remember_result(item[0], item[1])
+                items = self._take_batch()
+                for task_id, data, is_result in items:
+                    if is_result:
+                        self._remember_result(task_id, data)
+                message = items[0][1] if len(items) == 1 else encode_batch([i[1] for i in items])
                 try:
-                    await ws.send(item[1], text=True)
-                except ConnectionClosed:  # not sent: it waits for the next connection
-                    self._out.appendleft(item)
-                    if item[2]:
-                        self._forget_result(item[0])
+                    await ws.send(message, text=True)
+                except ConnectionClosed:  # not sent: they wait for the next connection
+                    self._out.extendleft(reversed(items))
+                    for task_id, _, is_result in items:
+                        if is_result:
+                            self._forget_result(task_id)
                     return
             self._flushed.set()
+
+    def _take_batch(self) -> list[tuple[str, bytes, bool]]:
+        """The next frames to send as one message (one, without the server's batch support)."""
+        items = [self._out.popleft()]
+        if not self._batches:
+            return items
+        room = min(self._max_frame, _BATCH_MAX_BYTES) - 64 - len(items[0][1])
+        while self._out and len(items) < _BATCH_MAX_FRAMES:
+            size = len(self._out[0][1]) + 1
+            if size > room:
+                break
+            room -= size
+            items.append(self._out.popleft())
+        return items
 
     def _remember_result(self, task_id: str, data: bytes) -> None:
         results = self._sent_results

@@ -28,7 +28,9 @@ from dex._protocol import (
     StateValues,
     StreamWrite,
     TaskResult,
+    WorkerBatch,
     WorkerFrame,
+    encode_batch,
     encoder,
     worker_frame_decoder,
 )
@@ -46,6 +48,10 @@ _MAX_INSTANCE_ID = 200
 # (or hostile): the server closes its connection instead of logging every frame
 MAX_BAD_FRAMES = 10
 BAD_FRAME_WINDOW_S = 60.0
+# frames waiting together for a Worker that reads batches leave as one message of at most
+# this many frames and bytes (a larger frame goes alone)
+_BATCH_MAX_FRAMES = 256
+_BATCH_MAX_BYTES = 1024 * 1024
 
 
 def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
@@ -120,6 +126,7 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
                         max_frame_bytes=runtime.config.max_worker_frame_bytes,
                         resumed_task_ids=resumed,
                         reconnect_grace_s=runtime.dispatcher.reconnect_grace_s,
+                        accepts_batches=True,
                     )
                 ).decode()
             )
@@ -128,7 +135,7 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             # the rest are not this Worker's any more (ended, timed out, cancelled, elsewhere)
             for task_id in set(first.resume_task_ids).difference(resumed):
                 conn.send(CancelTask(task_id=task_id, reason="not held for this Worker"))
-            sender = asyncio.create_task(_send_loop(ws, conn))
+            sender = asyncio.create_task(_send_loop(ws, conn, batches=first.accepts_batches))
             runtime.worker_registered(conn, first.flows)
             await _receive_loop(ws, conn, runtime)
         except WebSocketDisconnect:
@@ -149,14 +156,36 @@ async def _reject(ws: WebSocket, code: str, message: str) -> None:
         await ws.close(code=1008)
 
 
-async def _send_loop(ws: WebSocket, conn: WorkerConn) -> None:
+async def _send_loop(ws: WebSocket, conn: WorkerConn, *, batches: bool) -> None:
+    outbox = conn.outbox
+    carry: bytes | None = None  # a frame too large to join the last batch: it leads the next
     while True:
-        data = await conn.outbox.get()
+        data = carry if carry is not None else await outbox.get()
+        carry = None
         if data is None:
             return
+        closing = False
+        if batches and not outbox.empty():
+            # everything queued meanwhile (tasks a commit made ready, acks) leaves together
+            frames = [data]
+            room = _BATCH_MAX_BYTES - len(data)
+            while not outbox.empty() and len(frames) < _BATCH_MAX_FRAMES:
+                nxt = outbox.get_nowait()
+                if nxt is None:
+                    closing = True
+                    break
+                if len(nxt) + 1 > room:
+                    carry = nxt
+                    break
+                room -= len(nxt) + 1
+                frames.append(nxt)
+            if len(frames) > 1:
+                data = encode_batch(frames)
         try:
             await ws.send_text(data.decode())
         except Exception:
+            return
+        if closing:
             return
 
 
@@ -183,21 +212,66 @@ async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> No
         try:
             frame = worker_frame_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            _refuse_frame(
-                runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {exc}"
-            )
-            if bad.too_many():
-                log.warning(
-                    "closing the connection of worker %s: %d unreadable frames within %gs",
-                    conn.app_worker_id,
-                    MAX_BAD_FRAMES,
-                    BAD_FRAME_WINDOW_S,
-                )
-                with contextlib.suppress(Exception):
-                    await ws.close(code=1008, reason="too many unreadable frames")
-                return
+            # a batch with one bad frame: the others still count, each on its own
+            inner = _raw_batch(data)
+            parts = [bytes(raw) for raw in inner] if inner is not None else [data]
+            for part in parts:
+                if _decode_one(part, conn, runtime, exc if inner is None else None, bad):
+                    log.warning(
+                        "closing the connection of worker %s: %d unreadable frames within %gs",
+                        conn.app_worker_id,
+                        MAX_BAD_FRAMES,
+                        BAD_FRAME_WINDOW_S,
+                    )
+                    with contextlib.suppress(Exception):
+                        await ws.close(code=1008, reason="too many unreadable frames")
+                    return
             continue
-        _handle(frame, conn, runtime)
+        if isinstance(frame, WorkerBatch):
+            for one in frame.frames:
+                _handle(one, conn, runtime)
+        else:
+            _handle(frame, conn, runtime)
+
+
+class _RawBatch(msgspec.Struct, tag="batch"):
+    frames: list[msgspec.Raw]
+
+
+_raw_batch_decoder = msgspec.json.Decoder(_RawBatch)
+
+
+def _raw_batch(data: str | bytes) -> list[msgspec.Raw] | None:
+    """The frames of a batch that failed to decode as a whole (None: not a batch)."""
+    try:
+        return _raw_batch_decoder.decode(data).frames
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _decode_one(
+    data: str | bytes,
+    conn: WorkerConn,
+    runtime: Runtime,
+    error: Exception | None,
+    bad: _BadFrames,
+) -> bool:
+    """Handle one frame (``error``: it is known not to decode); whether to close now."""
+    if error is None:
+        try:
+            frame = worker_frame_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            error = exc
+        else:
+            if isinstance(frame, WorkerBatch | Register):
+                error = ValueError(f"a {type(frame).__name__} frame inside a batch")
+            else:
+                _handle(frame, conn, runtime)
+                return False
+    _refuse_frame(
+        runtime, conn, data, ErrorCode.BAD_REQUEST, f"the Worker sent a bad frame: {error}"
+    )
+    return bad.too_many()
 
 
 def _handle(frame: WorkerFrame, conn: WorkerConn, runtime: Runtime) -> None:

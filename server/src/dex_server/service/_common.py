@@ -224,6 +224,8 @@ class Effects:
     """Executions that take a recorded outcome of a preserved run (time travel)."""
     continue_as_new: list[str] = field(default_factory=list)
     """Runs that may continue as new now (each checked again in its own job)."""
+    streams: list[tuple[str, str, str, bytes, str]] = field(default_factory=list)
+    """Stream writes a committed result carried: (flow type, Stream, Flow ID, value, source)."""
 
     def merge(self, other: Effects) -> None:
         self.ready += other.ready
@@ -234,6 +236,7 @@ class Effects:
         self.specs += other.specs
         self.recorded += other.recorded
         self.continue_as_new += other.continue_as_new
+        self.streams += other.streams
 
 
 def store_value(tx: Tx, limits: Limits, run_id: str, raw: bytes) -> StoredValue:

@@ -490,9 +490,14 @@ def history_page(tx: Tx, flow_id: str, run_id: str, page_size: int, token: str) 
 
 
 def rpc_snapshot(
-    tx: Tx, specs: Specs, flow_id: str, req: InvokeRpcRequest
-) -> tuple[FlowRecord, Task, bool, list[str], float]:
-    """Return (flow, task, transactional, locks, timeout) for an RPC call."""
+    tx: Tx, specs: Specs, flow_id: str, req: InvokeRpcRequest, *, gated: bool = False
+) -> tuple[FlowRecord, Task | None, bool, list[str], float]:
+    """Return (flow, task, transactional, locks, timeout) for an RPC call.
+
+    The task of a transactional RPC is built only when ``gated`` (the caller holds the
+    run's commits, so no Step result lands between the snapshot and the call); before
+    that it is ``None``.
+    """
     flow = tx.flows.get(req.run_id) if req.run_id else tx.flows.latest(flow_id)
     if flow is None or flow.flow_id != flow_id:
         raise ServiceError(
@@ -512,7 +517,11 @@ def rpc_snapshot(
         raise ServiceError(
             ErrorCode.FLOW_NOT_ACTIVE, f"Flow {flow_id!r} is not running", flow_id=flow_id
         )
-    task = build_rpc_task(tx, flow, idx, req.rpc_name, raw(req.input), req.extra_loads)
+    task = (
+        build_rpc_task(tx, flow, idx, req.rpc_name, raw(req.input), req.extra_loads)
+        if gated or not transactional
+        else None
+    )
     timeout = min(rpc.timeout_s, req.timeout_s or rpc.timeout_s, 60.0)
     return flow, task, transactional, locks, timeout
 

@@ -189,6 +189,12 @@ class Runtime:
         self._versions_touched = set()
 
     def apply(self, eff: Effects) -> None:
+        # a result's held Stream writes go out before anything its commit made ready
+        for flow_type, stream, flow_id, value, source in eff.streams:
+            try:
+                self.stream_write(flow_type, stream, flow_id, value, source)
+            except ServiceError as exc:
+                log.info("stream write dropped: %s", exc.message)
         if eff.versions or eff.closed:
             self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
@@ -409,7 +415,8 @@ class Runtime:
             self._result_outage.ok()
             self.apply(fut.result())
 
-        self.store.submit(job).add_done_callback(done)
+        # an idle SQLite store commits it right here, without the writer thread hand-offs
+        self.store.submit(job, inline=True).add_done_callback(done)
 
     async def _commit_result(self, env: Envelope, ref: AttemptRef, result: TaskResult) -> None:
         try:
@@ -760,9 +767,10 @@ class Runtime:
                 if holder is not None:
                     in_store = True
                     await self._hold_commits(run_id, holder, timeout)
-                # snapshot again now that no Step result can commit in between
+                # the snapshot, now that no Step result can commit in between (the first
+                # read only learned that the RPC is transactional)
                 flow, task, transactional, locks, timeout = await self.store.run(
-                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
+                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, gated=True)
                 )
                 env.task = task
             result = await self._call_rpc(env, timeout)

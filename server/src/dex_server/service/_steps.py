@@ -314,6 +314,11 @@ def apply_step_result(
         finish(tx, flow, eff)
         return eff
     published = apply_effects(tx, limits, flow, result, now, idx.indexes)
+    source = f"#{e.execution_id}"
+    eff.streams += [
+        (flow.flow_type, w.stream, flow.flow_id, bytes(w.value), source)
+        for w in result.stream_writes
+    ]
     output = _effects_output(result)
     inp: dict[str, Any] = {"stepInput": e.input, "locals": dict(e.locals)}
     e.locals.update(result.locals)

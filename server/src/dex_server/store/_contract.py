@@ -325,7 +325,15 @@ class Store(Protocol):
         """
 
     async def close(self) -> None: ...
-    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]: ...
+    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+        """Queue ``job``; the future resolves after its transaction commits.
+
+        ``inline``: the caller allows the job to run on the calling (event loop) thread
+        when the store has nothing else queued or running, which saves two thread
+        hand-offs. Only for short jobs on the hot path; a store may ignore it.
+        """
+        ...
+
     async def run(self, job: Callable[[Tx], T]) -> T: ...
     async def read(self, job: Callable[[Tx], T]) -> T:
         """Run a read-only job off the writer (one consistent snapshot)."""

@@ -19,7 +19,12 @@ from claude_agent_sdk import (
     ThinkingBlock,
     create_sdk_mcp_server,
 )
-from claude_agent_sdk.types import HookContext, HookInput, HookJSONOutput
+from claude_agent_sdk.types import (
+    HookContext,
+    HookInput,
+    HookJSONOutput,
+    PreToolUseHookSpecificOutput,
+)
 from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
@@ -43,9 +48,12 @@ from dex_agents import (
 from dex_agents_claude_agent_sdk._transcript import (
     RunState,
     TranscriptStore,
+    deferral_last,
+    recorded_session_id,
     to_framework_messages,
     transcript_of,
     unsent_user_text,
+    with_tool_input,
 )
 
 DEFAULT_SERVER_NAME = "dex"
@@ -62,9 +70,15 @@ class ClaudeRunError(RuntimeError):
     """The CLI ended a model step without a usable result (error result or no result)."""
 
 
-def cli_session_id(flow_id: str) -> str:
-    """The CLI session ID of a dex-agents session: a UUID derived from its Flow ID."""
-    return str(uuid.uuid5(_SESSION_NAMESPACE, flow_id))
+def cli_session_id(flow_id: str, attempt: int = 1) -> str:
+    """The CLI session ID a dex-agents session starts under: a UUID derived from its Flow ID.
+
+    A retried first model step (``attempt`` above 1) starts under an ID of its own: the
+    CLI refuses to start a session whose ID an earlier, interrupted CLI run already used
+    on that machine. Later steps resume the ID the stored transcript carries.
+    """
+    name = flow_id if attempt <= 1 else f"{flow_id}/attempt-{attempt}"
+    return str(uuid.uuid5(_SESSION_NAMESPACE, name))
 
 
 def tool_effect(tool: SdkMcpTool[Any]) -> ToolEffect | None:
@@ -89,14 +103,26 @@ def _hint(annotations: object, wire_name: str, field_name: str) -> bool:
     return getattr(annotations, field_name, None) is True
 
 
-def _allow(reason: str) -> HookJSONOutput:
-    return {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "allow",
-            "permissionDecisionReason": reason,
-        }
+def _allow(reason: str, updated_input: dict[str, Any] | None = None) -> HookJSONOutput:
+    output: PreToolUseHookSpecificOutput = {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow",
+        "permissionDecisionReason": reason,
     }
+    if updated_input is not None:
+        output["updatedInput"] = updated_input
+    return {"hookSpecificOutput": output}
+
+
+def _edited_input(record: AgentToolCall, proposed: object) -> dict[str, Any] | None:
+    # The record holds the arguments the call runs with; None when the model's still stand.
+    try:
+        approved = json.loads(record.arguments) if record.arguments else {}
+    except ValueError:
+        return None
+    if not isinstance(approved, dict) or approved == proposed:
+        return None
+    return approved
 
 
 def _deny(reason: str) -> HookJSONOutput:
@@ -147,9 +173,13 @@ class _Step:
         if self.resumed is not None and tool_use_id == self.resumed.deferred:
             record = self.record
             assert record is not None
-            if self.resumed.builtin and record.status is not ToolCallStatus.SUCCEEDED:
+            if not self.resumed.builtin:
+                return _allow("recorded by the durable session")
+            if record.status is not ToolCallStatus.SUCCEEDED:
                 return _deny(describe_tool_call_outcome(record))
-            return _allow("recorded by the durable session")
+            # The transcript already shows an approver's edit; should the CLI still hold
+            # the model's input, hand it the approved one.
+            return _allow("approved in the durable session", _edited_input(record, arguments))
         custom = self.runner.custom_tool_name(name)
         if custom is None and not self.runner.builtin_needs_approval(self.turn, name):
             return {}
@@ -169,9 +199,10 @@ class _Step:
                 # Not the deferred call: a later call of the same response, never run.
                 return {"content": [{"type": "text", "text": ONE_CALL_AT_A_TIME}], "is_error": True}
             self.replayed = True
-            if record.status is ToolCallStatus.SUCCEEDED:
-                return {"content": [{"type": "text", "text": record.output or ""}]}
+            # The output, or the outcome in words; either names an approver's edit.
             text = describe_tool_call_outcome(record)
+            if record.status is ToolCallStatus.SUCCEEDED:
+                return {"content": [{"type": "text", "text": text}]}
             return {"content": [{"type": "text", "text": text}], "is_error": True}
 
         return dataclasses.replace(tool, handler=replay)
@@ -199,7 +230,9 @@ class ClaudeAgentRunner:
     the model again within the same Step. A built-in named in the
     session's ``tool_policies`` with a policy that needs approval is deferred for the
     approval only: approved, the CLI runs it in the next model step; rejected, the model
-    sees the rejection.
+    sees the rejection. An approver's edited arguments are written into the deferred
+    call in the stored transcript, so a custom tool or a built-in runs with them and the
+    model sees the call as it ran.
 
     Args:
         options: the agent's options. ``session_id``, ``resume``, ``session_store`` and
@@ -228,18 +261,29 @@ class ClaudeAgentRunner:
     ) -> None:
         for owned in ("session_id", "resume", "session_store"):
             if getattr(options, owned) is not None:
-                raise ValueError(f"ClaudeAgentOptions.{owned} is set by the runner; leave it unset")
+                raise ValueError(
+                    f"ClaudeAgentOptions.{owned} is set by the runner; leave it unset "
+                    f"(the session stores the conversation and resumes it on every model call)"
+                )
         if options.continue_conversation:
-            raise ValueError("ClaudeAgentOptions.continue_conversation must stay False")
+            raise ValueError(
+                "ClaudeAgentOptions.continue_conversation must stay False "
+                "(the session stores the conversation and resumes it on every model call)"
+            )
         if isinstance(options.mcp_servers, dict) and server_name in options.mcp_servers:
-            raise ValueError(f"MCP server name {server_name!r} is already in options.mcp_servers")
+            raise ValueError(
+                f"MCP server name {server_name!r} is already in options.mcp_servers; "
+                f"pass another server_name="
+            )
         self.options = options
         self.server_name = server_name
         self.tools: Mapping[str, SdkMcpTool[Any]] = {}
         by_name: dict[str, SdkMcpTool[Any]] = {}
         for tool in tools:
             if tool.name in by_name:
-                raise ValueError(f"two custom tools are named {tool.name!r}")
+                raise ValueError(
+                    f"two custom tools are named {tool.name!r}; give each its own name"
+                )
             by_name[tool.name] = tool
         self.tools = by_name
 
@@ -254,10 +298,18 @@ class ClaudeAgentRunner:
         resumed = RunState.load(turn.framework_run_state) if turn.framework_run_state else None
         history = transcript_of(turn.messages)
         earlier = resumed.entries if resumed is not None else []
+        if resumed is not None:
+            record = turn.recorded_tool_call(resumed.deferred)
+            if record.arguments_edited:
+                # The model, the CLI and the stored messages see the call as it ran.
+                earlier = with_tool_input(earlier, resumed.deferred, _parse(record.arguments))
         store = TranscriptStore([*history, *earlier])
         step = _Step(self, turn, resumed)
-        session = cli_session_id(turn.flow_id)
         starts_session = not history and resumed is None
+        if starts_session:
+            session = cli_session_id(turn.flow_id, turn.attempt)
+        else:
+            session = recorded_session_id(store.initial) or cli_session_id(turn.flow_id)
         options = self._step_options(step, store, session, starts_session)
         result: ResultMessage | None = None
         responses: set[str] = set()
@@ -283,6 +335,7 @@ class ClaudeAgentRunner:
         tool_use_id, name, arguments = step.deferred
         custom = self.custom_tool_name(name)
         tool_name = custom if custom is not None else name
+        entries = deferral_last(entries, tool_use_id)
         state = RunState(entries=entries, deferred=tool_use_id, builtin=custom is None)
         call = DeferredToolCall(
             tool_call_id=tool_use_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from claude_agent_sdk.types import (
     SessionKey,
@@ -84,6 +84,72 @@ def unsent_user_text(messages: Sequence[AgentMessage]) -> str:
         if message.role is MessageRole.USER and message.text:
             pending.append(message.text)
     return "\n\n".join(reversed(pending))
+
+
+def recorded_session_id(entries: Sequence[SessionStoreEntry]) -> str | None:
+    """The CLI session ID the transcript's last entries were written under, if any."""
+    for entry in reversed(entries):
+        session = entry.get("sessionId")
+        if isinstance(session, str) and session:
+            return session
+    return None
+
+
+def deferral_last(
+    entries: Sequence[SessionStoreEntry], tool_use_id: str
+) -> list[SessionStoreEntry]:
+    """Move the CLI's record of the deferred call to the end of a step's entries.
+
+    When one response holds several calls, the CLI writes the deferral record and then
+    the other calls' results. Resuming from a transcript that ends in a tool result, the
+    CLI treats the turn as cut short: it answers the deferred call with a "result missing"
+    error and adds a synthetic reply before it runs the call. Ending on the deferral
+    record (its parent is unchanged) lets the resume hand the call over cleanly.
+    """
+    moved = [entry for entry in entries if _is_deferral(entry, tool_use_id)]
+    kept = [entry for entry in entries if not _is_deferral(entry, tool_use_id)]
+    return [*kept, *moved]
+
+
+def with_tool_input(
+    entries: Sequence[SessionStoreEntry], tool_use_id: str, arguments: dict[str, Any]
+) -> list[SessionStoreEntry]:
+    """Entries with one call's input replaced: its ``tool_use`` block and deferral record."""
+    out: list[SessionStoreEntry] = []
+    for entry in entries:
+        changed: dict[str, Any] = dict(entry)
+        message = changed.get("message")
+        attachment = changed.get("attachment")
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            changed["message"] = {
+                **message,
+                "content": [
+                    {**block, "input": arguments} if _is_tool_use(block, tool_use_id) else block
+                    for block in message["content"]
+                ],
+            }
+        elif isinstance(attachment, dict) and _is_deferral(entry, tool_use_id):
+            changed["attachment"] = {**attachment, "toolInput": arguments}
+        out.append(cast(SessionStoreEntry, changed))
+    return out
+
+
+def _is_tool_use(block: object, tool_use_id: str) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "tool_use"
+        and block.get("id") == tool_use_id
+    )
+
+
+def _is_deferral(entry: SessionStoreEntry, tool_use_id: str) -> bool:
+    attachment = entry.get("attachment")
+    return (
+        entry.get("type") == "attachment"
+        and isinstance(attachment, dict)
+        and attachment.get("type") == "hook_deferred_tool"
+        and attachment.get("toolUseID") == tool_use_id
+    )
 
 
 def _content_blocks(entry: SessionStoreEntry) -> list[dict[str, Any]]:

@@ -103,7 +103,12 @@ class ContinueTurn(msgspec.Struct, frozen=True):
 
 MAX_CONTINUE_REASON_LENGTH = 100
 
-AgentTurnOutcome = TurnCompleted | ToolCallsRequested | ContinueTurn
+AgentTurnOutcome = TurnCompleted | ToolCallsRequested
+"""The seeds' outcomes of a model call: a final answer, or tools to run."""
+
+ModelStepOutcome = TurnCompleted | ToolCallsRequested | ContinueTurn
+"""What ``run_model_step`` may return: an ``AgentTurnOutcome``, or ``ContinueTurn``
+(beyond the seeds). A runner that never continues may annotate ``AgentTurnOutcome``."""
 
 
 class ToolExecutionResult(msgspec.Struct, frozen=True):
@@ -252,7 +257,7 @@ class AgentFrameworkRunner(Protocol):
         """Return ``FrameworkMessage(role=MessageRole.USER, framework_item=..., text=text)``."""
         ...
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         """Let the framework make at most one model call; never run a deferrable tool."""
         ...
 

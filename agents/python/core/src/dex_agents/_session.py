@@ -65,10 +65,41 @@ def event_writer(parts: SessionParts, ctx: Context, turn_id: str) -> AgentEventW
     )
 
 
+# Events that announce state their Step commits: they travel in the Step's result and are
+# appended once it committed, so a reader who sees one finds that state in the snapshot.
+_AFTER_COMMIT = frozenset(
+    {
+        AgentEventType.TURN_COMPLETED,
+        AgentEventType.TURN_FAILED,
+        AgentEventType.TURN_CONTINUED,
+        AgentEventType.TOOL_CALL_DEFERRED,
+        AgentEventType.TOOL_CALL_FINISHED,
+        AgentEventType.TOOL_CALL_RECONCILED,
+        AgentEventType.INTERRUPT_RAISED,
+        AgentEventType.INTERRUPT_RESOLVED,
+        AgentEventType.USAGE_RECORDED,
+    }
+)
+
+
 def emit(
     parts: SessionParts, ctx: Context, turn_id: str, kind: AgentEventType, data: dict[str, Any]
 ) -> None:
-    """Write one session event (best effort)."""
+    """Write one session event (best effort); state announcements wait for the commit."""
+    if kind in _AFTER_COMMIT:
+        event = AgentEvent(
+            type=kind,
+            turn_id=turn_id,
+            step_execution_id=step_id(ctx),
+            attempt=ctx.attempt,
+            data=data,
+            created_at=time.time(),
+        )
+        try:
+            parts.events.write(ctx, event, after_commit=True)
+        except Exception:  # the Stream is best effort: a lost event never fails the Step
+            return
+        return
     writer = event_writer(parts, ctx, turn_id)
     writer.write_event(kind, data)
     writer.close()

@@ -8,8 +8,8 @@ from dex_agents._enums import MessageRole, ToolCallStatus
 from dex_agents._records import AgentToolCall, AgentUsage, FrameworkMessage
 from dex_agents._runner import (
     MAX_CONTINUE_REASON_LENGTH,
-    AgentTurnOutcome,
     ContinueTurn,
+    ModelStepOutcome,
     ToolCallsRequested,
     TurnCompleted,
 )
@@ -144,7 +144,7 @@ def validate_user_message(message: FrameworkMessage) -> FrameworkMessage:
     return message
 
 
-def validate_outcome(outcome: AgentTurnOutcome) -> AgentTurnOutcome:
+def validate_outcome(outcome: ModelStepOutcome) -> ModelStepOutcome:
     """Check a ``run_model_step`` outcome before anything of it is stored.
 
     Raises:

@@ -257,8 +257,9 @@ def _approve(
 
 
 class _RunToolStep(_ToolCallStep):
-    """Runs one tool call: ``tool_call_started``, a durable heartbeat, then the runner.
+    """Runs one tool call: ``tool_call_started``, then the runner.
 
+    A single-attempt tool first waits for a durable heartbeat (its start is committed).
     Subclasses set the attempt budget; an exhausted budget goes to the failure Step.
     """
 
@@ -293,9 +294,11 @@ class _RunToolStep(_ToolCallStep):
             AgentEventType.TOOL_CALL_STARTED,
             {"tool_call_id": record.tool_call_id, "tool_name": record.tool_name},
         )
-        # Returns once the server committed this attempt's start: a redelivery can then
-        # never run this attempt's tool a second time.
-        await ctx.heartbeat(durable=True)
+        if self.max_attempts == 1:
+            # Returns once the server committed this attempt's start: a redelivery can then
+            # never run this attempt's tool a second time. A tool whose effect may repeat
+            # needs no such proof, and saves the round trip and the commit.
+            await ctx.heartbeat(durable=True)
         try:
             async with runner_call(self._parts, ctx, record.turn_id) as writer:
                 call = DeferredToolExecution(

@@ -13,12 +13,12 @@ from uuid import UUID
 from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
-    AgentTurnOutcome,
     AgentUsage,
     ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
+    ModelStepOutcome,
     ToolCallsRequested,
     ToolCallStatus,
     ToolEffect,
@@ -336,7 +336,7 @@ class LangGraphRunner:
         """Return the user message as a LangChain ``HumanMessage`` item."""
         return human_item(text)
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         """Run the graph until it stops before its tool nodes, at an interrupt, or ends.
 
         The step makes one model call (``max_model_calls_per_step``). When it continues a

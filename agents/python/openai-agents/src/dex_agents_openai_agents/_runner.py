@@ -34,11 +34,11 @@ from agents.tool_context import ToolContext
 from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
-    AgentTurnOutcome,
     ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
+    ModelStepOutcome,
     ToolCallsRequested,
     ToolCallStatus,
     ToolExecutionError,
@@ -171,7 +171,7 @@ class OpenAIAgentsRunner:
         """Return the user message as a Responses input item."""
         return user_message(text)
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         """Let the SDK make one model call and stop before any function tool or handoff."""
         context = self._new_context()
         tools = await self._tools_by_agent(context)

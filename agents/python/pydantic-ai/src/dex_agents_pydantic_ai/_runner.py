@@ -11,12 +11,12 @@ from dex_agents import (
     AgentEventWriter,
     AgentToolCall,
     AgentTurnContext,
-    AgentTurnOutcome,
     ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ModelStepOutcome,
     ToolCallsRequested,
     ToolExecutionError,
     ToolExecutionResult,
@@ -193,7 +193,7 @@ class PydanticAIRunner(Generic[AgentDepsT]):
             role=MessageRole.USER, framework_item=dump_message(user_request(text)), text=text
         )
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         """Let the agent make one model call for ``turn``, deferring every tool call."""
         prior, prompt, user_item = _split_turn(turn)
         earlier: list[ModelMessage] = []

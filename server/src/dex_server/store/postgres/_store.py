@@ -313,8 +313,11 @@ class PostgresStore:
             self._conn.close()
             self._conn = None
 
-    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]:
-        """Queue ``job`` for the writer; the future resolves after its transaction commits."""
+    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+        """Queue ``job`` for the writer; the future resolves after its transaction commits.
+
+        ``inline`` is ignored: a commit waits for the network, never on the event loop.
+        """
         assert self._loop is not None, "store is not open"
         fut: asyncio.Future[T] = self._loop.create_future()
         self._queue.put((job, fut))

@@ -198,6 +198,13 @@ class SqliteStore:
     only checkpoints the uncopied tail itself when the WAL has grown large, so that it can
     start over (see ``_WAL_RESTART_FRAMES``).
 
+    ``submit(job, inline=True)`` runs the job (and its COMMIT) on the event loop thread
+    instead, at the end of the loop iteration, when it is the only such job of the
+    iteration and nothing is queued or running: the result of a lone Step then skips the
+    hand-off to the writer and back (two thread wake-ups). Under load the jobs go to the
+    writer as before. A lock keeps the connection to one thread at a time, and jobs still
+    run in the order they were submitted.
+
     ``read(job)`` is a second path for read-only jobs on a hot path (a running task reading
     state on demand): a reader thread with its own connection runs them in a read
     transaction, so they neither queue behind the writer nor wait for its commits, and
@@ -234,6 +241,14 @@ class SqliteStore:
         self.batches = 0
         self.jobs = 0
         self._folder_lock = _FolderLock(path)
+        # the connection's owner for one batch (the writer, or the loop running inline); a
+        # job may run inline only when every job submitted before it has finished
+        self._conn_lock = threading.Lock()
+        self._submitted = 0  # written by the event loop thread only
+        self._finished = 0  # written under _conn_lock only
+        self._tx: Tx | None = None
+        # inline jobs submitted in this loop iteration (see _flush_inline)
+        self._inline: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
 
     def acquire(self) -> None:
         """Lock the data folder for this process (until :meth:`release` or its exit).
@@ -300,6 +315,8 @@ class SqliteStore:
         self._conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
         self._loop = asyncio.get_running_loop()
         self._stopping = False
+        self._tx = _repos(self._conn, self.server_id)
+        self._submitted = self._finished = 0
         self._thread = threading.Thread(target=self._run, name="dex-store-writer", daemon=True)
         self._thread.start()
         self._checkpointer = threading.Thread(
@@ -324,6 +341,7 @@ class SqliteStore:
             pool, self._reader_pool = self._reader_pool, None
             await asyncio.get_running_loop().run_in_executor(pool, self._close_reader)
             pool.shutdown(wait=True)
+        self._queue_inline()
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -337,12 +355,54 @@ class SqliteStore:
             self._conn = None
         self.release()
 
-    def submit(self, job: Callable[[Tx], T]) -> asyncio.Future[T]:
-        """Queue ``job`` for the writer; the future resolves after its transaction commits."""
-        assert self._loop is not None, "store is not open"
-        fut: asyncio.Future[T] = self._loop.create_future()
+    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+        """Queue ``job`` for the writer; the future resolves after its transaction commits.
+
+        ``inline``: it may run on this thread instead (see the class).
+        """
+        loop = self._loop
+        assert loop is not None, "store is not open"
+        fut: asyncio.Future[T] = loop.create_future()
+        if inline:
+            if not self._inline:
+                loop.call_soon(self._flush_inline)
+            self._inline.append((job, fut))
+            return fut
+        self._queue_inline()  # jobs submitted earlier run earlier
+        self._submitted += 1
         self._queue.put((job, fut))
         return fut
+
+    def _flush_inline(self) -> None:
+        """Run the lone inline job of this loop iteration here, if the writer is idle.
+
+        Several inline jobs in one iteration mean load: they go to the writer as one
+        batch, so that its group commit goes on while this thread serves the sockets.
+        """
+        conn, tx, jobs = self._conn, self._tx, self._inline
+        if (
+            len(jobs) == 1
+            and conn is not None
+            and tx is not None
+            and self._submitted == self._finished
+            and self._conn_lock.acquire(blocking=False)
+        ):
+            self._inline = []
+            try:
+                if self._submitted == self._finished:  # the writer may have taken one
+                    self._submitted += 1
+                    self._run_batch(conn, tx, jobs, inline=True)
+                    return
+            finally:
+                self._conn_lock.release()
+            self._inline = jobs
+        self._queue_inline()
+
+    def _queue_inline(self) -> None:
+        jobs, self._inline = self._inline, []
+        for item in jobs:
+            self._submitted += 1
+            self._queue.put(item)
 
     async def run(self, job: Callable[[Tx], T]) -> T:
         """Run ``job`` in a transaction and return its result."""
@@ -378,7 +438,8 @@ class SqliteStore:
     def _run(self) -> None:
         conn = self._conn
         assert conn is not None
-        tx = _repos(conn, self.server_id)
+        tx = self._tx
+        assert tx is not None
         stopping = False
         while not stopping:
             item = self._queue.get()
@@ -394,9 +455,8 @@ class SqliteStore:
                     stopping = True
                     break
                 batch.append(nxt)
-            self._run_batch(conn, tx, batch)
-            if self._restart_due:
-                self._restart_wal(conn)
+            with self._conn_lock:
+                self._run_batch(conn, tx, batch)
 
     def _restart_wal(self, conn: sqlite3.Connection) -> None:
         try:
@@ -431,7 +491,10 @@ class SqliteStore:
         conn: sqlite3.Connection,
         tx: Tx,
         batch: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]],
+        *,
+        inline: bool = False,
     ) -> None:
+        """Run ``batch`` in one transaction (the caller holds ``_conn_lock``)."""
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -445,7 +508,7 @@ class SqliteStore:
                     outcomes.append((fut, None, exc))
                 else:
                     conn.execute("COMMIT")
-                self._done(outcomes)
+                self._done(conn, outcomes, inline)
                 return
             for job, fut in batch:
                 conn.execute("SAVEPOINT job")
@@ -464,15 +527,26 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(fut, None, exc) for _, fut in batch]
-        self._done(outcomes)
+        self._done(conn, outcomes, inline)
 
-    def _done(self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    def _done(
+        self,
+        conn: sqlite3.Connection,
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
+        inline: bool,
+    ) -> None:
         self.batches += 1
         self.jobs += len(outcomes)
+        self._finished += len(outcomes)
         if self.batches % _CHECKPOINT_EVERY_BATCHES == 0:
             self._checkpoint_wake.set()
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(_resolve, outcomes)
+        if self._restart_due:
+            self._restart_wal(conn)
+        if inline:
+            _resolve(outcomes)
+        else:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(_resolve, outcomes)
 
 
 def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:

@@ -13,13 +13,13 @@ from typing import Any, TypeAlias
 
 from dex_agents import (
     AgentTurnContext,
-    AgentTurnOutcome,
     AgentUsage,
     ContinueTurn,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ModelStepOutcome,
     ToolCallsRequested,
     ToolCallStatus,
     ToolExecutionError,
@@ -163,7 +163,7 @@ class ScriptedRunner:
             role=MessageRole.USER, framework_item={"type": "user", "text": text}, text=text
         )
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+    async def run_model_step(self, turn: AgentTurnContext) -> ModelStepOutcome:
         """Make one scripted model call for ``turn``."""
         state = _RunState.load(turn.framework_run_state)
         if turn.framework_run_state is not None:
