@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dex_agents import AgentStatus, MessageRole
+import asyncio
+
+from dex_agents import AgentEvent, AgentEventType, AgentStatus, MessageRole
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, MODEL_CALL_KIND
 
 from tests.agent_helpers import assistant_texts, wait_idle
@@ -33,12 +35,30 @@ async def test_a_plain_turn_stores_the_exchange_and_usage(scenario: ScenarioFact
 
         history = await s.stack.read_step_history("plain-1")
         executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
-        assert executed == [
-            "StartAgentSession",
-            "RunModel",
-            "AwaitUserMessage",
-            "RunModel",
+        # The idle session's send_user_message opened turn 2 and scheduled its RunModel in
+        # its own commit: AwaitUserMessage waited (its wait_for is in history), then was
+        # cancelled without executing.
+        assert executed == ["StartAgentSession", "RunModel", "RunModel"]
+        waited = [e.step_type for e in history if e.event_type == "StepWaitForCompleted"]
+        assert waited.count("AwaitUserMessage") == 2
+
+        # turn 2's first RunModel announced it, with the sequence of its user message
+        events: list[AgentEvent] = []
+
+        async def collect() -> None:
+            async for event in s.sessions.follow_events("plain-1"):
+                events.append(event)
+                if event.type is AgentEventType.TURN_COMPLETED and event.turn_id == "turn-2":
+                    return
+
+        await asyncio.wait_for(collect(), timeout=30)
+        started = [e for e in events if e.type is AgentEventType.TURN_STARTED]
+        assert [(e.turn_id, e.data) for e in started] == [
+            ("turn-1", {"sequence": 1}),
+            ("turn-2", {"sequence": 3}),
         ]
+        assert started[1].step_execution_id.startswith("RunModel-")
+        assert snapshot.state is not None and not snapshot.state.turn_start_unannounced
 
 
 async def test_a_session_without_initial_message_waits_for_one(scenario: ScenarioFactory) -> None:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from dex_agents.testing import FileGate, wait_for_agent_snapshot
+import asyncio
+
+from dex_agents import MessageRole
+from dex_agents.testing import EXECUTE_COMPLETED_EVENT, FileGate, wait_for_agent_snapshot
 
 from tests.agent_helpers import assistant_texts, wait_idle
 from tests.conftest import ScenarioFactory
@@ -31,3 +34,28 @@ async def test_a_message_sent_during_a_turn_starts_the_next_turn(
         assert texts[-1] == "echo: thanks, bye"
         assert texts[-2].startswith("lookup_order#call-0-0: succeeded")
         assert [m.turn_id for m in snapshot.messages if m.text == "thanks, bye"] == ["turn-2"]
+
+
+async def test_messages_sent_at_once_to_an_idle_session_each_get_their_own_turn(
+    scenario: ScenarioFactory,
+) -> None:
+    # The first RPC to commit opens a turn itself; the others find it running and queue.
+    async with scenario("router") as s:
+        await s.stack.start_worker()
+        await s.sessions.start_session("queue-2")
+        await wait_idle(s.sessions, "queue-2", turns=0)
+        texts = [f"message {n}" for n in range(5)]
+        accepted = await asyncio.gather(
+            *(s.sessions.send_user_message("queue-2", text) for text in texts)
+        )
+        assert accepted == [True] * 5
+
+        snapshot = await wait_idle(s.sessions, "queue-2", turns=5)
+        assert snapshot.state is not None and snapshot.state.turn_count == 5
+        users = [m for m in snapshot.messages if m.role is MessageRole.USER]
+        assert sorted(m.text for m in users) == texts
+        assert [m.turn_id for m in users] == [f"turn-{n}" for n in range(1, 6)]
+        assert assistant_texts(snapshot) == [f"echo: {m.text}" for m in users]
+        history = await s.stack.read_step_history("queue-2")
+        executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
+        assert executed.count("RunModel") == 5

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from pathlib import Path
 from typing import Protocol, get_type_hints
 
@@ -19,9 +20,11 @@ from dex_agents import (
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
+    ContinueTurn,
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ModelStepOutcome,
     ToolCallStatus,
     ToolExecutionResult,
 )
@@ -42,13 +45,24 @@ class SeedAgentFrameworkRunner(Protocol):
     ) -> ToolExecutionResult: ...
 
 
+# run_model_step may also return ContinueTurn (beyond the seeds): its outcome type is the
+# seeds' AgentTurnOutcome plus that one.
+_RETURNS = {"run_model_step": ModelStepOutcome}
+
+
 def test_the_contract_is_the_guides_protocol() -> None:
+    assert set(typing.get_args(ModelStepOutcome)) == {
+        *typing.get_args(AgentTurnOutcome),
+        ContinueTurn,
+    }
     for name in ("build_user_message", "run_model_step", "execute_deferred_tool_call"):
         ours = getattr(AgentFrameworkRunner, name)
         seed = getattr(SeedAgentFrameworkRunner, name)
         assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(seed), name
         assert list(inspect.signature(ours).parameters) == list(inspect.signature(seed).parameters)
-        assert get_type_hints(ours) == get_type_hints(seed), name
+        ours_hints, seed_hints = get_type_hints(ours), get_type_hints(seed)
+        assert ours_hints.pop("return") == _RETURNS.get(name, seed_hints["return"]), name
+        assert ours_hints == {k: v for k, v in seed_hints.items() if k != "return"}, name
     assert isinstance(MyFrameworkRunner(build_agent()), AgentFrameworkRunner)
 
 

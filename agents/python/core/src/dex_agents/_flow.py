@@ -14,8 +14,9 @@ from dex import (
     Stream,
     rpc,
 )
+from msgspec.structs import replace
 
-from dex_agents._enums import TurnControlKind
+from dex_agents._enums import AgentStatus, TurnControlKind
 from dex_agents._persistence import AGENT_EVENTS, persistence
 from dex_agents._policy import AgentSessionOptions
 from dex_agents._records import (
@@ -23,6 +24,7 @@ from dex_agents._records import (
     AgentMessagesPage,
     AgentSessionStartInput,
     AgentSnapshot,
+    AgentState,
     AgentUserMessage,
     ListAgentMessagesRequest,
     ReconcileToolCallRequest,
@@ -59,6 +61,8 @@ from dex_agents._turn_steps import (
     StartAgentSession,
     StopTurn,
     ToolSteps,
+    first_model_call,
+    open_turn,
 )
 
 DEFAULT_FLOW_TYPE = "AgentSession"
@@ -115,6 +119,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             AGENT_EVENTS, AgentEvent, self.options.agent_events_capacity_bytes
         )
         parts = SessionParts(runner=runner, options=self.options, events=self.agent_events)
+        self._parts = parts
         reconcile_failure = RecordReconcileFailure(parts)
         reconcile = ReconcileToolCall(parts, reconcile_failure)
         record_failure = RecordToolFailure(parts, reconcile)
@@ -178,9 +183,32 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         )
 
     @rpc(is_transactional=True)
-    async def send_user_message(self, context: Context, input: AgentUserMessage) -> bool:
-        """Queue a user message for the next turn. Transactional; False for blank text."""
-        return send_user_message(context, input)
+    async def send_user_message(self, context: Context, input: AgentUserMessage) -> RPCResult[bool]:
+        """Queue a user message for the next turn. Transactional; False for blank text.
+
+        When the session is idle (no turn running, nothing queued, no steer or cancel
+        waiting), the message does not wait in ``QueuedUserMessages``: this RPC stores it,
+        opens the turn and schedules its first ``RunModel`` in its own commit, cancelling
+        the waiting ``AwaitUserMessage`` (beyond the seeds: one Step fewer per turn).
+        """
+        if is_blank(input.text):
+            return RPCResult(False)
+        state = persistence.AgentState.get(context)
+        if state is not None and _is_idle(context, state):
+            try:
+                opened = open_turn(self._parts, context, state, input.text)
+            except Exception:
+                # A runner whose user message fails validation: queue the text, so that
+                # AwaitUserMessage fails the way it always did.
+                opened = None
+            if opened is not None:
+                persistence.AgentState.set(context, replace(opened, turn_start_unannounced=True))
+                return RPCResult(
+                    True,
+                    next_steps=(first_model_call(opened),),
+                    canceling_steps=(AwaitUserMessage,),
+                )
+        return RPCResult(send_user_message(context, input))
 
     @rpc(lock_attributes=(persistence.PendingInterrupts.lock(),))
     async def resolve_interrupt(self, context: Context, input: ResolveInterruptRequest) -> bool:
@@ -266,6 +294,17 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             next_steps=(StepMovement.of(StopTurn),),
             canceling_steps=(RunModel, RecordTurnFailure, StopTurn),
         )
+
+
+def _is_idle(context: Context, state: AgentState) -> bool:
+    # AwaitUserMessage is waiting (every Step that leaves a turn goes to it in the commit
+    # that writes this status), and it has nothing to fire on yet.
+    return (
+        state.active_turn_id is None
+        and state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
+        and persistence.QueuedUserMessages.size(context) == 0
+        and persistence.TurnControl.size(context) == 0
+    )
 
 
 def _check_flow_config(config: object) -> None:

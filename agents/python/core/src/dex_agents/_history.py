@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 
 from dex import Context
+from dex.errors import AttributeMapNotLoadedError
 
 from dex_agents._persistence import persistence
 from dex_agents._records import AgentMessage
@@ -81,10 +82,16 @@ async def session_messages(ctx: Context, count: int) -> list[AgentMessage]:
     session = (ctx.flow_id, ctx.run_id)
     known = MESSAGE_CACHE.prefix(session)[:count]
     if len(known) < count:
-        rows = await persistence.AgentMessages.load_range(
-            ctx, message_sequence_key(len(known) + 1), sequence_key_or_end(count + 1)
-        )
-        fresh = [message for _, message in rows]
+        # The newest messages may have come with the task (first_model_call's loads):
+        # only the gap between the cache and them is read from the server.
+        preloaded = _preloaded_tail(ctx, len(known) + 1, count)
+        last = count - len(preloaded)
+        rows = []
+        if last > len(known):
+            rows = await persistence.AgentMessages.load_range(
+                ctx, message_sequence_key(len(known) + 1), sequence_key_or_end(last + 1)
+            )
+        fresh = [message for _, message in rows] + preloaded
         MESSAGE_CACHE.fetched += len(fresh)
         expected = range(len(known) + 1, len(known) + 1 + len(fresh))
         if [m.sequence for m in fresh] != list(expected):
@@ -100,6 +107,21 @@ async def session_messages(ctx: Context, count: int) -> list[AgentMessage]:
         known = known + fresh
         MESSAGE_CACHE.store(session, known)
     return known
+
+
+def _preloaded_tail(ctx: Context, first: int, last: int) -> list[AgentMessage]:
+    """The loaded messages ``n..last`` for the smallest ``n >= first`` they reach, in order."""
+    tail: list[AgentMessage] = []
+    for sequence in range(last, first - 1, -1):
+        try:
+            message = persistence.AgentMessages.get(ctx, message_sequence_key(sequence))
+        except AttributeMapNotLoadedError:
+            break
+        if message is None or message.sequence != sequence:
+            break
+        tail.append(message)
+    tail.reverse()
+    return tail
 
 
 async def read_messages(ctx: Context, first: int, last: int) -> list[AgentMessage]:

@@ -322,6 +322,12 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
         turn_model_calls: model calls the active turn committed so far (0 between turns);
             checked against ``AgentSessionOptions.max_model_calls_per_turn``. Beyond the
             seeds.
+        turn_start_unannounced: True while a turn that ``send_user_message`` opened in
+            its own commit waits for its first ``RunModel`` to write ``turn_started`` (RPCs
+            cannot write Streams). Beyond the seeds.
+        model_message_count: ``message_count`` when the last model call read the
+            messages; the turn's first ``RunModel`` is scheduled with the messages stored
+            since then loaded, so it need not ask the server for them. Beyond the seeds.
 
     """
 
@@ -331,6 +337,8 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
     message_count: int = 0
     last_turn_error: str | None = None
     turn_model_calls: int = 0
+    turn_start_unannounced: bool = False
+    model_message_count: int = 0
 
 
 class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -59,6 +59,7 @@ from dex_agents._text import (
     idempotency_key_of,
     interrupt_id_of,
     is_blank,
+    message_sequence_key,
     turn_id_of,
     validate_outcome,
     validate_tool_call_ids_unused,
@@ -77,6 +78,7 @@ RUN_MODEL_HEARTBEAT_TIMEOUT = timedelta(minutes=2)
 RUN_MODEL_ATTEMPTS = 3
 RUN_MODEL_RETRY_WINDOW = timedelta(minutes=30)
 MAX_CONTROL_BATCH = 1000
+MAX_PRELOADED_MESSAGES = 32
 
 # Under the Worker's loggers, so a worker script shows it beside the failed attempts.
 log = logging.getLogger("dex.worker.agent")
@@ -98,8 +100,8 @@ def _sync(**fields: Any) -> StepOptions:
     return dataclasses.replace(_BASE_OPTIONS, **fields)
 
 
-def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> StepDecision:
-    """Store the user message, open a new turn and go to ``RunModel``."""
+def open_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> AgentState:
+    """Store the user message and open a new turn; return the state (not yet written)."""
     number = state.turn_count + 1
     turn_id = turn_id_of(number)
     opened = replace(
@@ -108,11 +110,41 @@ def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) 
         active_turn_id=turn_id,
         status=AgentStatus.RUNNING_MODEL,
         turn_model_calls=0,
+        turn_start_unannounced=False,
     )
-    stored = append_messages(ctx, opened, turn_id, [build_user_message(parts, text)])
+    return append_messages(ctx, opened, turn_id, [build_user_message(parts, text)])
+
+
+def start_turn(parts: SessionParts, ctx: Context, state: AgentState, text: str) -> StepDecision:
+    """Store the user message, open a new turn and go to ``RunModel``."""
+    stored = open_turn(parts, ctx, state, text)
     persistence.AgentState.set(ctx, stored)
-    emit(parts, ctx, turn_id, AgentEventType.TURN_STARTED, {"sequence": stored.message_count})
-    return StepDecision.go_to(RunModel)
+    emit(
+        parts,
+        ctx,
+        stored.active_turn_id or "",
+        AgentEventType.TURN_STARTED,
+        {"sequence": stored.message_count},
+    )
+    return StepDecision.go_to_many(first_model_call(stored))
+
+
+def first_model_call(state: AgentState) -> StepMovement[None]:
+    """The movement to a turn's first ``RunModel``, loading the messages its model lacks.
+
+    Those are the messages stored since the last model call read them (at most
+    ``MAX_PRELOADED_MESSAGES``, the newest): a Worker that served that call has the
+    older ones cached, so the call needs no read of its own from the server.
+    """
+    first = max(state.model_message_count + 1, state.message_count - MAX_PRELOADED_MESSAGES + 1)
+    loads = tuple(
+        persistence.AgentMessages.load(message_sequence_key(n))
+        for n in range(max(first, 1), state.message_count + 1)
+    )
+    if not loads:
+        return StepMovement.of(RunModel)
+    options = dataclasses.replace(RunModel.options(), execute_load_attribute_map_instances=loads)
+    return StepMovement.of(RunModel, options=options)
 
 
 def _end_turn(
@@ -131,6 +163,7 @@ def _end_turn(
         status=AgentStatus.WAITING_FOR_USER_MESSAGE,
         active_turn_id=None,
         turn_model_calls=0,
+        turn_start_unannounced=False,
     )
 
 
@@ -211,6 +244,11 @@ class RunModel(_TurnStep):
         self._tools = tools
 
     def get_step_options(self) -> StepOptions:
+        return self.options()
+
+    @staticmethod
+    def options() -> StepOptions:
+        """Options of this Step (the seeds' timeouts, retries and failure route)."""
         return _sync(
             execute_method_timeout=RUN_MODEL_TIMEOUT,
             heartbeat_timeout=RUN_MODEL_HEARTBEAT_TIMEOUT,
@@ -226,6 +264,17 @@ class RunModel(_TurnStep):
         turn_id = state.active_turn_id
         if turn_id is None:
             return StepDecision.go_to(AwaitUserMessage)
+        if state.turn_start_unannounced:
+            # send_user_message opened this turn in its own commit, and RPCs cannot write
+            # Streams: the turn's first model call announces it (each attempt, like any event).
+            emit(
+                self._parts,
+                ctx,
+                turn_id,
+                AgentEventType.TURN_STARTED,
+                {"sequence": state.message_count},
+            )
+            state = replace(state, turn_start_unannounced=False)
         if control_pending(ctx):
             return StepDecision.go_to(StopTurn)
         records = all_tool_calls(ctx)
@@ -240,13 +289,19 @@ class RunModel(_TurnStep):
                 f"the turn reached AgentSessionOptions.max_model_calls_per_turn ({limit}): "
                 f"{state.turn_model_calls} model calls without a final answer",
             )
+        # One frame before the model call tells the server this attempt started: a Worker
+        # lost from here on costs the attempt (the retry policy bounds the repeats) rather
+        # than being redelivered as if it never ran. The message read used to be that frame.
+        await ctx.heartbeat()
+        messages = await session_messages(ctx, state.message_count)
+        state = replace(state, model_message_count=state.message_count)
         async with runner_call(self._parts, ctx, turn_id) as writer:
             outcome = await self._parts.runner.run_model_step(
                 AgentTurnContext(
                     flow_id=ctx.flow_id,
                     turn_id=turn_id,
                     attempt=ctx.attempt,
-                    messages=await session_messages(ctx, state.message_count),
+                    messages=messages,
                     framework_run_state=persistence.FrameworkRunState.get(ctx),
                     tool_calls=by_id,
                     events=writer,
