@@ -275,6 +275,8 @@ async def test_a_durable_start_the_store_refuses_gets_an_error_answer(
         finally:
             pg.execute("ALTER SYSTEM RESET default_transaction_read_only")
             pg.execute("SELECT pg_reload_conf()")
+            # the reload is signalled, not awaited: go on once a new session sees it
+            await until(lambda: not _read_only(pg), 10, "the cluster to accept writes again")
         assert st.logged("heartbeat-INTERNAL", flow_id), st.events()
         st.open_gate("ro-finish")
         result = await st.client.wait_for_flow(flow_id, timeout=30)
