@@ -265,7 +265,12 @@ async def approve_refund_after_a_kill(
 
     def awaiting(snapshot: AgentSnapshot) -> str | None:
         lookup = [c for c in snapshot.tool_calls if c.tool_name == "lookup_order"]
-        if not (snapshot.pending_interrupts and lookup and lookup[0].status.is_final):
+        # every other call of the turn has finished: the kill hits the pending approval only
+        settled = all(
+            c.status.is_final or c.status is ToolCallStatus.AWAITING_APPROVAL
+            for c in snapshot.tool_calls
+        )
+        if not (snapshot.pending_interrupts and lookup and settled):
             return None
         (interrupt,) = snapshot.pending_interrupts
         assert json.loads(interrupt.arguments) == {"order_id": 1042, "amount": 249}
