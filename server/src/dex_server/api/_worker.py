@@ -292,16 +292,13 @@ def _handle(frame: WorkerFrame, conn: WorkerConn, runtime: Runtime) -> None:
         inflight = runtime.dispatcher.get(conn, frame.task_id)
         if inflight is None or inflight.env.execution_id is None:
             return
-        try:
-            runtime.stream_write(
-                inflight.env.flow_type,
-                frame.stream,
-                inflight.env.task.flow_id if inflight.env.task is not None else "",
-                bytes(frame.value),
-                f"#{inflight.env.execution_id}",
-            )
-        except ServiceError as exc:
-            log.info("stream write dropped: %s", exc.message)
+        runtime.step_stream_write(
+            inflight.env.flow_type,
+            frame.stream,
+            inflight.env.task.flow_id if inflight.env.task is not None else "",
+            bytes(frame.value),
+            f"#{inflight.env.execution_id}",
+        )
     elif isinstance(frame, ReadState):
         runtime._spawn(read_state(runtime, conn, frame))
     elif isinstance(frame, Reject):

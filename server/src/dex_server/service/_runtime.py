@@ -191,10 +191,7 @@ class Runtime:
     def apply(self, eff: Effects) -> None:
         # a result's held Stream writes go out before anything its commit made ready
         for flow_type, stream, flow_id, value, source in eff.streams:
-            try:
-                self.stream_write(flow_type, stream, flow_id, value, source)
-            except ServiceError as exc:
-                log.info("stream write dropped: %s", exc.message)
+            self.step_stream_write(flow_type, stream, flow_id, value, source)
         if eff.versions or eff.closed:
             self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
@@ -535,6 +532,15 @@ class Runtime:
 
             raise LimitError("stream_capacity_bytes", len(value), cap, "Stream message")
         return self.streams.write((flow_type, stream, flow_id), cap, value, source)
+
+    def step_stream_write(
+        self, flow_type: str, stream: str, flow_id: str, value: bytes, source: str
+    ) -> None:
+        """A Step's Stream write: best effort, so a refused one is logged and dropped."""
+        try:
+            self.stream_write(flow_type, stream, flow_id, value, source)
+        except ServiceError as exc:
+            log.info("stream write dropped: %s", exc.message)
 
     # ------------------------------------------------------------------ client API
 

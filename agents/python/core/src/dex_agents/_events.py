@@ -102,7 +102,7 @@ class AgentEventWriter:
             if self._closed:
                 return
             batch = self._take_batch()
-            event = self._event(kind, data)
+            event = self.event(kind, data)
         if batch is not None:
             self._emit(batch)
         self._emit(event)
@@ -139,13 +139,14 @@ class AgentEventWriter:
     def _take_batch(self) -> AgentEvent | None:
         if self._pending_type is None:
             return None
-        event = self._event(self._pending_type, {"text": "".join(self._pending_text)})
+        event = self.event(self._pending_type, {"text": "".join(self._pending_text)})
         self._pending_type = None
         self._pending_text = []
         self._pending_bytes = 0
         return event
 
-    def _event(self, kind: AgentEventType, data: dict[str, Any]) -> AgentEvent:
+    def event(self, kind: AgentEventType, data: dict[str, Any]) -> AgentEvent:
+        """Build (not write) an event bound to this writer's turn, Step and attempt."""
         return AgentEvent(
             type=kind,
             turn_id=self.turn_id,

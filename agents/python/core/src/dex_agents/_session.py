@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -86,22 +87,13 @@ def emit(
     parts: SessionParts, ctx: Context, turn_id: str, kind: AgentEventType, data: dict[str, Any]
 ) -> None:
     """Write one session event (best effort); state announcements wait for the commit."""
-    if kind in _AFTER_COMMIT:
-        event = AgentEvent(
-            type=kind,
-            turn_id=turn_id,
-            step_execution_id=step_id(ctx),
-            attempt=ctx.attempt,
-            data=data,
-            created_at=time.time(),
-        )
-        try:
-            parts.events.write(ctx, event, after_commit=True)
-        except Exception:  # the Stream is best effort: a lost event never fails the Step
-            return
-        return
     writer = event_writer(parts, ctx, turn_id)
-    writer.write_event(kind, data)
+    if kind in _AFTER_COMMIT:
+        # written here, in the handler, so it is in the result however the handler runs
+        with contextlib.suppress(Exception):  # best effort: a lost event never fails the Step
+            parts.events.write(ctx, writer.event(kind, data), after_commit=True)
+    else:
+        writer.write_event(kind, data)
     writer.close()
 
 

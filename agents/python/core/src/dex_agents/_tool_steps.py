@@ -107,6 +107,15 @@ def _deadline_timer(deadline: float) -> TimerCondition:
     return Timer.at(datetime.fromtimestamp(deadline, UTC))
 
 
+def _interrupt_step_options() -> StepOptions:
+    # both Steps change PendingInterrupts under its lock, committed synchronously
+    return StepOptions(
+        wait_for_durability=SYNC,
+        execute_durability=SYNC,
+        execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
+    )
+
+
 class AwaitToolApproval(_ToolCallStep):
     """Waits for the answer to one call's interrupt, or for its deadline."""
 
@@ -115,11 +124,7 @@ class AwaitToolApproval(_ToolCallStep):
         self._run_steps = run_steps
 
     def base_options(self) -> StepOptions:
-        return StepOptions(
-            wait_for_durability=SYNC,
-            execute_durability=SYNC,
-            execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
-        )
+        return _interrupt_step_options()
 
     async def wait_for(self, context: Context, input: str) -> Wait:
         record = _record(context, input)
@@ -349,11 +354,7 @@ class RaiseToolQuestion(_ToolCallStep):
         self._approval = approval
 
     def base_options(self) -> StepOptions:
-        return StepOptions(
-            wait_for_durability=SYNC,
-            execute_durability=SYNC,
-            execute_lock_attributes=(persistence.PendingInterrupts.lock(),),
-        )
+        return _interrupt_step_options()
 
     async def execute(self, context: Context, input: str) -> StepDecision:
         record = _record(context, input)
