@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, get_args
@@ -49,6 +50,8 @@ from dex_server.service import Runtime, _flows
 from dex_server.service._common import ServiceError
 from dex_server.store import StoreUnavailableError
 from dex_server.store._records import FlowStatus
+
+log = logging.getLogger("dex_server.api")
 
 S = TypeVar("S")
 VERSION = "0.1.0"
@@ -189,6 +192,12 @@ def _guard(fn: Handler) -> Handler:
         except ClientDisconnect:
             # the client is gone (or its body was too slow): nobody reads this answer
             return Response(status_code=400)
+        except Exception as exc:
+            # a defect of ours: the client still gets an ApiError it can read, the log the trace
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(
+                ServiceError(ErrorCode.INTERNAL, f"internal error ({type(exc).__name__})")
+            )
 
     return wrapped
 
