@@ -3,8 +3,12 @@ pending Channel messages listed and deleted by RPCs."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -31,6 +35,7 @@ from tests.e2e_flows.harness import (
     wait_for_phase,
 )
 from tests.e2e_flows.lifecycle_flows import LIFECYCLE, Pending
+from tests.support import async_wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -190,3 +195,43 @@ async def test_rpcs_list_and_delete_pending_channel_messages(stack: Stack) -> No
     await stack.client.invoke_rpc(LIFECYCLE.shelve, flow_id, [7, 8, 9])
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     assert result.single_output(list[str]) == ["7", "8"]
+
+
+def _open_sockets(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(fd).startswith("socket:")
+    return count
+
+
+async def test_many_waiting_long_polls_do_not_hold_up_other_requests(stack: Stack) -> None:
+    # More pending wait_for_flow calls than the ordinary pool has connections (100): a
+    # describe must still be answered at once, and every wait returns once its Flow closes.
+    waits = 150
+    flow_ids = [unique_id("long-poll") for _ in range(waits)]
+    for flow_id in flow_ids:
+        await stack.client.start_flow(LIFECYCLE, flow_id, "wait")
+    client = stack.client_for(None)
+    before = _open_sockets(stack.server.pid)
+    pending = [asyncio.create_task(client.wait_for_flow(f, timeout=60)) for f in flow_ids]
+    try:
+
+        async def all_polling() -> bool | None:
+            return _open_sockets(stack.server.pid) >= before + waits or None
+
+        await async_wait_until(f"{waits} long polls connected", all_polling, timeout=30)
+        info = await asyncio.wait_for(client.describe_flow(flow_ids[0]), timeout=10)
+        assert info.status == FlowStatus.RUNNING
+        assert not any(t.done() for t in pending)
+        for flow_id in flow_ids:
+            await wait_for_phase(stack.client, flow_id, "Hold", "waiting")
+            await stack.client.invoke_rpc(LIFECYCLE.post, flow_id, "done")
+        results = await asyncio.wait_for(asyncio.gather(*pending), timeout=60)
+        assert [r.single_output(list[str]) for r in results] == [["done"]] * waits
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await client.close()

@@ -151,9 +151,17 @@ _RETRYABLE_TRANSPORT = (
 )
 
 
-class HttpTransport:
-    """A small JSON-over-HTTP caller bound to one server (one pooled ``httpx.AsyncClient``).
+# Long polls hold a connection for up to a minute each; they get their own pool, so that
+# a few hundred waiting calls never queue the client's other requests behind them.
+_LONG_POLL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 
+
+class HttpTransport:
+    """A small JSON-over-HTTP caller bound to one server.
+
+    Ordinary requests share one ``httpx.AsyncClient`` pool (httpx's defaults: 100
+    connections); long polls (``long_poll=True``) use a second pool of up to 1,000
+    connections, opened on the first long poll. A caller-given ``http`` client serves both.
     Not thread-safe: use it from the event loop that created it.
     """
 
@@ -168,12 +176,23 @@ class HttpTransport:
         self.base_url = http_base_url(address)
         self.timeout = timeout
         # The credential is resolved per request (tokens may rotate), also on a given client.
-        auth = bearer_auth(credential)
+        self._auth = bearer_auth(credential)
         self._http = http or httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(timeout)
         )
-        if auth is not None:
-            self._http.auth = auth
+        if self._auth is not None:
+            self._http.auth = self._auth
+        self._polls: httpx.AsyncClient | None = http
+
+    def _poll_client(self) -> httpx.AsyncClient:
+        if self._polls is None:
+            self._polls = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=httpx.Timeout(self.timeout),
+                limits=_LONG_POLL_LIMITS,
+                auth=self._auth,
+            )
+        return self._polls
 
     async def call(
         self,
@@ -186,6 +205,7 @@ class HttpTransport:
         timeout: float | None = None,
         flow_id: str | None = None,
         idempotent: bool = False,
+        long_poll: bool = False,
     ) -> T:
         """Send one request and decode the 2xx JSON answer as ``response_type``.
 
@@ -201,6 +221,7 @@ class HttpTransport:
             timeout=timeout,
             flow_id=flow_id,
             idempotent=idempotent,
+            long_poll=long_poll,
         )
         try:
             return msgspec.json.decode(response.content, type=response_type)
@@ -222,18 +243,21 @@ class HttpTransport:
         timeout: float | None = None,
         flow_id: str | None = None,
         idempotent: bool = False,
+        long_poll: bool = False,
     ) -> httpx.Response:
         """Send one request and return the 2xx response; raise the mapped error otherwise.
 
         GET requests, and others marked ``idempotent``, are sent again (twice at most)
-        when the connection fails before an answer arrives.
+        when the connection fails before an answer arrives. ``long_poll`` sends it on the
+        long-poll pool.
         """
+        http = self._poll_client() if long_poll else self._http
         content = None if body is None else encoder.encode(body)
         headers = {"Content-Type": "application/json"} if content is not None else {}
         retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
         for delay in (*_RETRY_DELAYS_S, None):
             try:
-                response = await self._http.request(
+                response = await http.request(
                     method,
                     path,
                     content=content,
@@ -259,5 +283,7 @@ class HttpTransport:
         return response
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close both connection pools."""
         await self._http.aclose()
+        if self._polls is not None and self._polls is not self._http:
+            await self._polls.aclose()

@@ -94,7 +94,10 @@ class AsyncClient:
 
     Use ``async with AsyncClient(...) as client`` or call ``close()``. One instance may be
     used by many tasks of one event loop at once (it pools HTTP connections); do not share
-    it across event loops or threads (use the sync ``Client`` from threads).
+    it across event loops or threads (use the sync ``Client`` from threads). Long polls
+    (``wait_for_flow``, ``read_stream``, ``wait_for_attribute_match``, waiting for a Step's
+    completion) use a pool of their own, of up to 1,000 connections, so that many pending
+    waits never delay the other calls (which share up to 100 connections).
 
     Every server error is raised as the ``dex.errors`` class of its code; an unreachable
     server raises ``ServiceUnavailableError``. A ``flow_id`` no Flow can have is refused
@@ -245,6 +248,7 @@ class AsyncClient:
                     FlowResultWire,
                     params={"timeout_s": _fmt(wait_s)},
                     timeout=wait_s + _LONG_POLL_SLACK_S,
+                    long_poll=True,
                     flow_id=flow_id,
                 )
             except LongPollTimeoutError:
@@ -488,6 +492,7 @@ class AsyncClient:
                     StreamReadResponse,
                     params=params,
                     timeout=wait_s + _LONG_POLL_SLACK_S,
+                    long_poll=True,
                     flow_id=flow_id,
                 )
             except LongPollTimeoutError:
@@ -689,6 +694,7 @@ class AsyncClient:
                     path,
                     params={"timeout_s": _fmt(wait_s)},
                     timeout=wait_s + _LONG_POLL_SLACK_S,
+                    long_poll=True,
                     flow_id=flow_id,
                     idempotent=True,
                 )

@@ -129,6 +129,7 @@ async def wait_match(
                 AttributeMatchResponse,
                 params=params,
                 timeout=wait_s + _LONG_POLL_SLACK_S,
+                long_poll=True,
                 flow_id=flow_id,
             )
         except LongPollTimeoutError:
