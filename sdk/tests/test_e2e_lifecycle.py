@@ -4,11 +4,8 @@ pending Channel messages listed and deleted by RPCs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -35,7 +32,7 @@ from tests.e2e_flows.harness import (
     wait_for_phase,
 )
 from tests.e2e_flows.lifecycle_flows import LIFECYCLE, Pending
-from tests.support import async_wait_until
+from tests.support import async_wait_until, open_sockets
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -197,15 +194,6 @@ async def test_rpcs_list_and_delete_pending_channel_messages(stack: Stack) -> No
     assert result.single_output(list[str]) == ["7", "8"]
 
 
-def _open_sockets(pid: int) -> int:
-    fds = Path(f"/proc/{pid}/fd")
-    count = 0
-    for fd in fds.iterdir():
-        with contextlib.suppress(OSError):
-            count += os.readlink(fd).startswith("socket:")
-    return count
-
-
 async def test_many_waiting_long_polls_do_not_hold_up_other_requests(stack: Stack) -> None:
     # More pending wait_for_flow calls than the ordinary pool has connections (100): a
     # describe must still be answered at once, and every wait returns once its Flow closes.
@@ -214,12 +202,12 @@ async def test_many_waiting_long_polls_do_not_hold_up_other_requests(stack: Stac
     for flow_id in flow_ids:
         await stack.client.start_flow(LIFECYCLE, flow_id, "wait")
     client = stack.client_for(None)
-    before = _open_sockets(stack.server.pid)
+    before = open_sockets(stack.server.pid)
     pending = [asyncio.create_task(client.wait_for_flow(f, timeout=60)) for f in flow_ids]
     try:
 
         async def all_polling() -> bool | None:
-            return _open_sockets(stack.server.pid) >= before + waits or None
+            return open_sockets(stack.server.pid) >= before + waits or None
 
         await async_wait_until(f"{waits} long polls connected", all_polling, timeout=30)
         info = await asyncio.wait_for(client.describe_flow(flow_ids[0]), timeout=10)

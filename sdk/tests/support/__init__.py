@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from tests.support.gates import GATE_DIR_ENV, FileGate
 from tests.support.polling import async_wait_until, wait_until
-from tests.support.process import WorkerProcess
+from tests.support.process import WorkerProcess, open_sockets
 
 __all__ = [
     "GATE_DIR_ENV",
     "FileGate",
     "WorkerProcess",
     "async_wait_until",
+    "open_sockets",
     "wait_until",
 ]

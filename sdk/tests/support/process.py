@@ -217,3 +217,14 @@ class WorkerProcess:
     def __repr__(self) -> str:
         state = "not started" if self._proc is None else f"pid={self._proc.pid}"
         return f"WorkerProcess({self.factory!r}, {state})"
+
+
+def open_sockets(pid: int) -> int:
+    """How many sockets process ``pid`` holds open (Linux ``/proc``)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:  # closed while we looked
+            continue
+    return count

@@ -244,7 +244,8 @@ class _Server(uvicorn.Server):
             event.set()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # open Server-Sent Events feeds end now instead of holding the graceful shutdown
+        # open Server-Sent Events feeds and long polls end now instead of holding the
+        # graceful shutdown (long polls answer a retryable UNAVAILABLE)
         runtime = getattr(getattr(self.config.app, "state", None), "runtime", None)
         if runtime is not None:
             from dex_server.api._sse import slots_of
@@ -274,7 +275,8 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         OSError: the address cannot be bound.
 
     SIGINT and SIGTERM stop the server gracefully: new connections are refused, in-flight
-    requests finish, the store commits what it holds and closes.
+    requests finish (pending long polls end at once with a retryable ``UNAVAILABLE``), the
+    store commits what it holds and closes.
 
     """
     logging.basicConfig(level=config.log_level.upper())

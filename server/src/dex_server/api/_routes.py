@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import math
@@ -184,6 +185,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 def _guard(fn: Handler) -> Handler:
     async def wrapped(request: Request) -> Response:
         try:
+            if "timeout_s" in request.query_params:
+                return await _unless_stopping(request, fn)
             return await fn(request)
         except ServiceError as err:
             return error_response(err)
@@ -200,6 +203,30 @@ def _guard(fn: Handler) -> Handler:
             )
 
     return wrapped
+
+
+async def _unless_stopping(request: Request, fn: Handler) -> Response:
+    # A long poll may hold its request for a minute: a stopping server ends it at once with
+    # a retryable UNAVAILABLE instead of holding its graceful stop and then failing it.
+    stopping = _sse.slots_of(request.app.state.runtime).closing
+    if stopping.is_set():
+        raise _stopping_error()
+    call = asyncio.ensure_future(fn(request))
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait((call, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+    if call.cancelled():
+        raise _stopping_error()
+    return call.result()
+
+
+def _stopping_error() -> ServiceError:
+    return ServiceError(ErrorCode.UNAVAILABLE, "the server is stopping; call again")
 
 
 def build_routes(runtime: Runtime) -> list[BaseRoute]:

@@ -81,7 +81,7 @@ class SseSlots:
         self.open -= 1
 
     def close_all(self) -> None:
-        """End every open feed (the server is stopping); later ones are refused."""
+        """End every open feed and long poll (the server is stopping); later ones are refused."""
         self.closing.set()
         self.limit = 0
 
