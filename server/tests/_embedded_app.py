@@ -11,7 +11,6 @@ can kill the process at that exact point inside the Step.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
@@ -20,11 +19,14 @@ import dex
 from dex_server.app import ServerConfig
 from dex_server.embedded import EmbeddedServer
 
-RUN_LOG = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(os.devnull)
-GATE = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+# set by main(); imported by a test, the Steps only run
+RUN_LOG: Path | None = None
+GATE: Path | None = None
 
 
 def _ran(name: str, ctx: dex.Context) -> None:
+    if RUN_LOG is None:
+        return
     with RUN_LOG.open("a") as log:
         log.write(f"{name} {ctx.flow_id}\n")
 
@@ -65,6 +67,9 @@ PIPELINE = Pipeline()
 
 
 async def main() -> None:
+    global RUN_LOG, GATE
+    RUN_LOG = Path(sys.argv[3])
+    GATE = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     config = ServerConfig(database_path=Path(sys.argv[1]), port=0, address_file=Path(sys.argv[2]))
     async with EmbeddedServer(config=config) as server:
         worker = dex.AsyncWorker(
