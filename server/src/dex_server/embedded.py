@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +29,7 @@ from dex._protocol import ErrorCode, RegisterRejected, encoder
 from dex._worker import _inproc
 from dex._worker._inproc import InProcessEndpoint, LinkClosedError, LinkEnd
 from starlette.types import Message
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from dex_server.api._worker import worker_endpoint
 from dex_server.app import ServerConfig, _Server, build_app, prepared_store, uvicorn_server
@@ -262,7 +262,7 @@ class EmbeddedServer:
                     end.send(encoder.encode(rejected).decode())
                 return
             assert self._handle is not None
-            await self._handle(_link_websocket(end))
+            await self._handle(_LinkWebSocket(end))
         except Exception:  # a bug, not the Worker's doing: it reconnects
             log.exception("the in-process Worker link failed")
             end.close(1011, "internal error")
@@ -277,39 +277,60 @@ class EmbeddedServer:
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
 
 
-def _link_websocket(end: LinkEnd) -> WebSocket:
-    """Starlette's WebSocket over the server's end of a link (ASGI messages both ways)."""
-    connected = False
-    first = True
+class _LinkWebSocket(WebSocket):
+    """Starlette's WebSocket, as the Worker endpoint uses it, over a link's server end.
 
-    async def receive() -> Message:
-        nonlocal connected, first
-        if not connected:
-            connected = True
-            return {"type": "websocket.connect"}
+    It keeps the socket's contract (a disconnect message, ``WebSocketDisconnect`` on a
+    closed link) without the ASGI message round trip per frame.
+    """
+
+    def __init__(self, end: LinkEnd) -> None:
+        scope = {"type": "websocket", "path": "/v1/worker", "headers": [], "query_string": b""}
+        super().__init__(scope, _no_asgi_receive, _no_asgi_send)
+        self._end = end
+        self._first = True
+
+    async def accept(
+        self,
+        subprotocol: str | None = None,
+        headers: Iterable[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        self.client_state = self.application_state = WebSocketState.CONNECTED
+
+    async def receive(self) -> Message:
         try:
-            data = await end.recv()
+            data = await self._end.recv()
         except LinkClosedError as exc:
+            self.client_state = WebSocketState.DISCONNECTED
             return {"type": "websocket.disconnect", "code": exc.code, "reason": exc.reason}
-        if isinstance(data, str):
-            first = False
-            return {"type": "websocket.receive", "text": data}
-        if first:  # the register frame is read as text
-            first = False
-            return {"type": "websocket.receive", "text": data.decode("utf-8", "replace")}
+        if self._first or isinstance(data, str):  # the register frame is read as text
+            self._first = False
+            text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+            return {"type": "websocket.receive", "text": text}
         # the Worker sends encoded JSON; the endpoint decodes bytes as well as text
         return {"type": "websocket.receive", "bytes": data}
 
-    async def send(message: Message) -> None:
-        kind = message["type"]
-        try:
-            if kind == "websocket.send":
-                text = message.get("text")
-                end.send(text if text is not None else message["bytes"])
-            elif kind == "websocket.close":
-                end.close(message.get("code", 1000), message.get("reason") or "")
-        except LinkClosedError as exc:  # as a closed socket: starlette raises a disconnect
-            raise ConnectionError(str(exc)) from None
+    async def receive_text(self) -> str:
+        message = await self.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message["code"], message.get("reason"))
+        return str(message["text"])
 
-    scope = {"type": "websocket", "path": "/v1/worker", "headers": [], "query_string": b""}
-    return WebSocket(scope, receive, send)
+    async def send_text(self, data: str) -> None:
+        try:
+            self._end.send(data)
+        except LinkClosedError:  # as a socket that went away
+            self.application_state = WebSocketState.DISCONNECTED
+            raise WebSocketDisconnect(code=1006) from None
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        self.application_state = WebSocketState.DISCONNECTED
+        self._end.close(code, reason or "")
+
+
+async def _no_asgi_receive() -> Message:
+    raise RuntimeError("an in-process link has no ASGI receive channel")
+
+
+async def _no_asgi_send(message: Message) -> None:
+    raise RuntimeError("an in-process link has no ASGI send channel")

@@ -19,7 +19,9 @@ and a message to an end on another loop is handed over with ``call_soon_threadsa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -154,7 +156,9 @@ class LinkEnd:
         self._link = link
         self.loop = loop
         self.max_size = max_size  # largest message this end accepts
-        self._inbox: asyncio.Queue[Message | _Closed] = asyncio.Queue()
+        # a deque and one waiter: lighter than an asyncio.Queue on every message
+        self._inbox: deque[Message | _Closed] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.peer: LinkEnd = self
 
     @property
@@ -172,13 +176,16 @@ class LinkEnd:
             LinkClosedError: the link is closed.
 
         """
-        closed = self._link.closed
-        if closed is not None:
-            raise LinkClosedError(closed)
-        if len(message) > self.peer.max_size:
-            self._link.close(CLOSE_TOO_BIG, "message too big")
-            return
-        self.peer._put(message)
+        link = self._link
+        if link.closed is not None:
+            raise LinkClosedError(link.closed)
+        peer = self.peer
+        if len(message) > peer.max_size:
+            link.close(CLOSE_TOO_BIG, "message too big")
+        elif link.one_loop:
+            peer._deliver(message)
+        else:
+            peer._deliver_threadsafe(message)
 
     async def recv(self) -> Message:
         """The next message from the other side.
@@ -187,25 +194,34 @@ class LinkEnd:
             LinkClosedError: the link closed (after every message sent before was read).
 
         """
-        item = await self._inbox.get()
-        if isinstance(item, _Closed):
-            self._inbox.put_nowait(item)  # every later call sees the close too
+        inbox = self._inbox
+        while not inbox:
+            waiter = self._waiter = self.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        item = inbox[0]
+        if isinstance(item, _Closed):  # left in place: every later call sees it too
             raise LinkClosedError(item)
+        inbox.popleft()
         return item
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Close the link for both sides; messages queued before still arrive."""
         self._link.close(code, reason)
 
-    def _put(self, item: Message | _Closed) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self._inbox.put_nowait(item)
-        elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._inbox.put_nowait, item)
+    def _deliver(self, item: Message | _Closed) -> None:
+        """Queue ``item`` (called on this end's loop)."""
+        self._inbox.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _deliver_threadsafe(self, item: Message | _Closed) -> None:
+        if not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self.loop.call_soon_threadsafe(self._deliver, item)
 
 
 class LinkClosedError(Exception):
@@ -229,6 +245,7 @@ class Link:
         server_max_size: int,
     ) -> None:
         self.closed: _Closed | None = None
+        self.one_loop = worker_loop is server_loop
         self._lock = threading.Lock()
         self.worker = LinkEnd(self, worker_loop, worker_max_size)
         self.server = LinkEnd(self, server_loop, server_max_size)
@@ -241,8 +258,15 @@ class Link:
             if self.closed is not None:
                 return
             closed = self.closed = _Closed(code, reason)
-        self.worker._put(closed)
-        self.server._put(closed)
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for end in (self.worker, self.server):
+            if end.loop is running:
+                end._deliver(closed)
+            else:
+                end._deliver_threadsafe(closed)
 
 
 class WorkerLink:
