@@ -251,3 +251,55 @@ async def test_a_sync_worker_on_its_own_thread_uses_the_in_process_address(
             await asyncio.to_thread(worker.close)
             await asyncio.to_thread(thread.join, 30)
     assert not thread.is_alive()
+
+
+class _Held:
+    """What the held Step saw: how often it ran, and the event that lets it finish."""
+
+    runs = 0
+    started: asyncio.Event | None = None
+    release: asyncio.Event | None = None
+
+
+class Hold(dex.Step[int]):
+    async def execute(self, ctx: dex.Context, value: int) -> dex.StepDecision:
+        assert _Held.started is not None and _Held.release is not None
+        _Held.runs += 1
+        _Held.started.set()
+        await _Held.release.wait()
+        return dex.StepDecision.graceful_complete()
+
+
+class HeldFlow(dex.Flow[int]):
+    def get_steps(self) -> dex.StepList[int]:
+        return dex.StepList.start_step(Hold())
+
+
+async def test_a_step_running_while_its_link_drops_is_resumed_not_run_again(
+    tmp_path: Path,
+) -> None:
+    _Held.runs, _Held.started, _Held.release = 0, asyncio.Event(), asyncio.Event()
+    flow = HeldFlow()
+    registry = dex.Registry([flow], allow_async_handlers=True)
+    async with EmbeddedServer(tmp_path / "db.sqlite3", name="dropped") as server:
+        worker = dex.AsyncWorker(
+            registry, options=dex.WorkerOptions(server_address=server.worker_address)
+        )
+        async with _serving(worker):
+            await worker.wait_pull_registered(timeout=30)
+            options = dex.ClientOptions(server_address=server.address, timeout=30.0)
+            async with dex.AsyncClient(registry, options=options) as client:
+                await client.start_flow(flow, "held", 1)
+                await asyncio.wait_for(_Held.started.wait(), 30)
+                # the link drops under the running Step, as a lost WebSocket would
+                for end in list(server._links):
+                    end.close(1006, "dropped")
+                await until(lambda: worker.stats.connections == 2, 30, "a reconnect")
+                await until(worker.is_registered, 30, "the new registration")
+                _Held.release.set()
+                result = await client.wait_for_flow("held", timeout=60)
+                assert result.status is dex.FlowStatus.COMPLETED, result
+                page = await client.get_history("held", page_size=1000)
+                types = [e.type for e in page.events]
+                assert "StepExecuteFailed" not in types, types
+    assert _Held.runs == 1  # resumed on the new link, not delivered again
