@@ -2,7 +2,9 @@
 
 Use :class:`ServerConfig` to describe one server, :func:`build_app` to get the ASGI
 application (tests and embedding), :func:`serve` to run it on the current event loop and
-:func:`run_server` to run it as the blocking body of a process.
+:func:`run_server` to run it as the blocking body of a process. :func:`prepared_store` and
+:func:`uvicorn_server` are the start-up steps :func:`serve` and
+``dex_server.embedded.EmbeddedServer`` share.
 """
 
 from __future__ import annotations
