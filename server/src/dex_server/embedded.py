@@ -237,6 +237,9 @@ class EmbeddedServer:
         stack, self._stack = self._stack, AsyncExitStack()  # a later start() still refuses
         if stack is not None:
             await stack.aclose()
+        if self._address and self.config.address_file is not None:
+            # nobody listens there any more: no stale address left behind (as dexcli dev)
+            self.config.address_file.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ in-process links
 

@@ -84,13 +84,13 @@ class AsyncWorker:
     A dropped connection does not stop running handlers: their heartbeats, Stream writes
     and results wait, and the Worker asks the server to resume those tasks when it
     reconnects (within the server's ``worker_reconnect_grace_s``, default 5 s, on the same
-    server).
+    server). Tasks the server no longer holds for it are cancelled then, and all of them
+    are if no reconnect succeeds within that grace period.
 
     In-process: with ``server_address="inproc://<name>"`` the Worker links to the embedded
     server of that name in this process (``dex_server.embedded.EmbeddedServer``) through
     in-memory queues instead of a WebSocket; the frames and every behaviour above are the
-    same. Tasks the server no longer holds for it are cancelled then, and all of them
-    are if no reconnect succeeds within that grace period.
+    same.
 
     Start a Worker once; it is not reusable after ``stop()``. ``async with
     AsyncWorker(...) as worker:`` closes it on exit (``close()``: stop, drain, wait).
@@ -360,7 +360,7 @@ class AsyncWorker:
         address = self.options.server_address
         inproc = _inproc.is_inproc(address)
         url = address.strip() if inproc else ws_url(address, "/v1/worker")
-        log.info("connecting to %s (%s)", address, url)
+        log.info("connecting to %s (%s)", address, "in-process link" if inproc else url)
         while not self.stopping:
             delay = backoff
             try:
