@@ -303,3 +303,33 @@ async def test_a_step_running_while_its_link_drops_is_resumed_not_run_again(
                 types = [e.type for e in page.events]
                 assert "StepExecuteFailed" not in types, types
     assert _Held.runs == 1  # resumed on the new link, not delivered again
+
+
+class Echo(dex.Step[str]):
+    async def execute(self, ctx: dex.Context, value: str) -> dex.StepDecision:
+        return dex.StepDecision.graceful_complete(value[::-1])
+
+
+class EchoFlow(dex.Flow[str]):
+    def get_steps(self) -> dex.StepList[str]:
+        return dex.StepList.start_step(Echo())
+
+
+async def test_an_in_process_worker_fetches_large_values_over_the_http_api(
+    tmp_path: Path,
+) -> None:
+    flow = EchoFlow()
+    registry = dex.Registry([flow], allow_async_handlers=True)
+    async with EmbeddedServer(tmp_path / "db.sqlite3", name="large") as server:
+        worker = dex.AsyncWorker(
+            registry, options=dex.WorkerOptions(server_address=server.worker_address)
+        )
+        async with _serving(worker):
+            options = dex.ClientOptions(server_address=server.address, timeout=30.0)
+            async with dex.AsyncClient(registry, options=options) as client:
+                large = "abc" * 100_000  # far above the blob threshold: sent as a reference
+                await client.start_flow(flow, "large", large)
+                result = await client.wait_for_flow("large", timeout=60)
+                assert result.status is dex.FlowStatus.COMPLETED, result
+                assert result.single_output(str) == large[::-1]
+        assert worker.stats.blob_fetches >= 1  # the input came by reference, over HTTP
