@@ -27,6 +27,7 @@ from dex_server.embedded import EmbeddedServer
 
 from tests._embedded_app import PIPELINE
 from tests._pg import until
+from tests.test_cli import run_cli_process
 
 pytestmark = pytest.mark.store_independent  # every test opens a SQLite file of its own
 
@@ -136,6 +137,12 @@ async def test_an_http_client_starts_and_reads_flows_that_an_in_process_worker_r
                     assert len(await _completed_steps(client, flow_id)) == 4
                 listed = await client.list_flows("Pipeline", page_size=100)
                 assert {f.flow_id for f in listed.flows} == set(ids)
+            # dexcli, a process of its own (this loop runs the server meanwhile)
+            cli = await asyncio.to_thread(
+                run_cli_process, "--server", server.address, "flow", "list", "--all", "-ojson"
+            )
+            assert cli.code == 0, cli.err
+            assert all(flow_id in cli.out for flow_id in ids), cli.out
             base = f"http://{server.address}"
             async with httpx.AsyncClient(base_url=base, follow_redirects=True) as http:
                 page = await http.get("/ui")
