@@ -107,15 +107,12 @@ async def run_worker(address: str, slots: int, gated: bool) -> None:
 
 async def run_embedded(args: argparse.Namespace) -> None:
     """The ``--in-process`` application: embedded server, chain Worker, gated Fanout Worker."""
-    import signal as signals
-
     from dex_server.app import ServerConfig
     from dex_server.embedded import EmbeddedServer
 
     url = args.database_url
-    is_path = url is None
     config = ServerConfig(
-        database_path=Path(args.database_path) if is_path else None,
+        database_path=Path(args.database_path) if url is None else None,
         database_url=url,
         port=0,
         address_file=Path(args.address_file),
@@ -123,7 +120,7 @@ async def run_embedded(args: argparse.Namespace) -> None:
     )
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signals.SIGTERM, signals.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_event.set)
     async with EmbeddedServer(config=config, name="bench") as server:
 
