@@ -320,6 +320,20 @@ class _LinkWebSocket(WebSocket):
         return str(message["text"])
 
     async def send_text(self, data: str) -> None:
+        self._push(data)
+
+    async def send_bytes(self, data: bytes) -> None:
+        self._push(data)
+
+    async def send(self, message: Message) -> None:
+        # what the other send_* methods of the base class go through
+        if message["type"] == "websocket.send":
+            text = message.get("text")
+            self._push(text if text is not None else message["bytes"])
+        elif message["type"] == "websocket.close":
+            await self.close(message.get("code", 1000), message.get("reason"))
+
+    def _push(self, data: str | bytes) -> None:
         try:
             self._end.send(data)
         except LinkClosedError:  # as a socket that went away
