@@ -20,6 +20,10 @@ Contenders and what each commits per step (fsync on everywhere):
   with ``synchronous=FULL``; the interval is between the server's commits of consecutive
   ``StepExecuteCompleted`` events. ``--postgres`` adds ``ours_pg``: the same on a fresh
   PostgreSQL database per run (``synchronous_commit`` on).
+- ``ours_inproc``: the same with ``--in-process``: the server embedded in the application
+  (``dex_server.embedded.EmbeddedServer``) and its Worker in that one process, linked in
+  memory instead of a WebSocket; same store, same commits per step. It always runs, and
+  every peer gets a second ratio ``ratio_<peer>_inproc`` = ours_inproc / peer.
 - ``dbos_sqlite`` / ``dbos_pg``: DBOS (a library: workflow, steps and database client in
   one process; ``@DBOS.step()`` no-ops in a ``@DBOS.workflow()``). Each step reads the
   system database for a recorded result, then commits its own. SQLite: DBOS keeps
@@ -48,6 +52,8 @@ cannot be set up (no ``npm``, no PostgreSQL) is skipped with the reason and repo
     peers rounds=N steps=S ours_p50_ms=... dbos_sqlite_p50_ms=... dbos_pg_p50_ms=...
         langgraph_p50_ms=... restate_p50_ms=... ratio_dbos_sqlite=... ratio_dbos_pg=...
         ratio_langgraph=... ratio_restate=... ours_pg_p50_ms=... dbos_pg_vs=ours|ours_pg
+        ours_inproc_p50_ms=... ratio_dbos_sqlite_inproc=... ratio_dbos_pg_inproc=...
+        ratio_langgraph_inproc=... ratio_restate_inproc=...
 
 (one line; ratio = ours / peer, below 1 means ours is faster).
 
@@ -241,6 +247,8 @@ def run_child(name: str, cmd: list[str], env: dict[str, str], workdir: Path) -> 
         wall = WALL.search(proc.stdout)
         fields["wall_ms"] = wall.group(1) if wall else "nan"
         fields["durability"] = f"{fields['store']}-fsync={fields['fsync']}"
+        if fields.get("mode") == "inproc":
+            fields["durability"] += " (one process)"
     return Result(
         p50_ms=float(fields["p50_ms"]),
         p95_ms=float(fields["p95_ms"]),
@@ -261,11 +269,13 @@ class Plan:
     def run(self, name: str, workdir: Path) -> Result:
         workdir.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        if name in ("ours", "ours_pg"):
+        if name in ("ours", "ours_pg", "ours_inproc"):
             cmd = [*self.wrap, sys.executable, str(ROOT / "bench" / "step_overhead.py")]
             cmd += ["--steps", str(self.steps), "--flows", "0"]
             if name == "ours":
                 return run_child(name, cmd, env, workdir)
+            if name == "ours_inproc":
+                return run_child(name, [*cmd, "--in-process"], env, workdir)
             database = create_database(self.pg_url)
             try:
                 url = with_database(self.pg_url, database)
@@ -324,15 +334,19 @@ def base_of(name: str, contenders: list[str]) -> str:
 
 def print_round(index: int, results: dict[str, Result], contenders: list[str]) -> None:
     print(f"\nround {index}: per-step ms (ratio = ours / peer p50)")
-    print(f"  {'contender':<12} {'p50':>8} {'p95':>8} {'wall':>8} {'ratio':>7}  durability")
+    print(
+        f"  {'contender':<12} {'p50':>8} {'p95':>8} {'wall':>8} {'ratio':>7} {'inproc':>7}"
+        "  durability"
+    )
     for name in contenders:
         r = results[name]
-        ratio = ""
+        ratio = inproc = ""
         if not name.startswith("ours"):
             ratio = f"{results[base_of(name, contenders)].p50_ms / r.p50_ms:.3f}"
+            inproc = f"{results['ours_inproc'].p50_ms / r.p50_ms:.3f}"
         print(
             f"  {name:<12} {r.p50_ms:>8.3f} {r.p95_ms:>8.3f} {r.wall_ms:>8.3f} {ratio:>7}"
-            f"  {r.durability}"
+            f" {inproc:>7}  {r.durability}"
         )
     print(flush=True)
 
@@ -403,6 +417,14 @@ def summary(
     fields += [f"{name}_p50_ms={p50(name)}" for name in PEERS]
     fields += [f"ratio_{name}={ratio(name)}" for name in PEERS]
     fields += [f"ours_pg_p50_ms={p50('ours_pg')}", f"dbos_pg_vs={base_of('dbos_pg', contenders)}"]
+
+    def ratio_inproc(name: str) -> str:
+        if name not in contenders:
+            return "skipped"
+        return f"{statistics.median(r['ours_inproc'].p50_ms / r[name].p50_ms for r in rounds):.3f}"
+
+    fields += [f"ours_inproc_p50_ms={p50('ours_inproc')}"]
+    fields += [f"ratio_{name}_inproc={ratio_inproc(name)}" for name in PEERS]
     return "peers " + " ".join(fields)
 
 
@@ -443,7 +465,7 @@ def main() -> None:
     plan, peers = prepare(args, select(args.only))
     if not peers:
         raise SystemExit("no peer can run on this machine (see the 'skipped:' lines above)")
-    contenders = ["ours", *(["ours_pg"] if args.postgres else []), *peers]
+    contenders = ["ours", "ours_inproc", *(["ours_pg"] if args.postgres else []), *peers]
     if args.count_fsyncs:
         with tempfile.TemporaryDirectory(prefix="dex-peers-") as tmp:
             count_fsyncs(plan, contenders, Path(tmp))

@@ -2,6 +2,7 @@
 
     uv run python bench/step_overhead.py [--steps 500] [--flows 100] [--flow-steps 20]
                                          [--no-fsync] [--database-url URL] [--servers N]
+                                         [--in-process]
 
 ``URL`` is ``sqlite:///PATH`` (default: a temporary file) or ``postgresql://...`` (used as
 is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres dex_bench``).
@@ -20,6 +21,14 @@ is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres de
 each (one for the sequential chain, one held back for the concurrent Flows), and starts
 the concurrent Flows through the servers in turn (the sequential chain runs on the first).
 
+``--in-process`` runs the server and its Workers in one process instead: an application
+with ``dex_server.embedded.EmbeddedServer`` whose ``AsyncWorker`` s connect through the
+in-memory link (``inproc://``), no WebSocket between them; the bench's client still talks
+HTTP to it from this process. The CPU time and context switches are then those of that
+one process: ``server_cpu_ms`` and ``server_cs`` are the whole process (server and
+Worker), ``worker_cpu_ms`` and ``worker_cs`` are 0, and the last line says
+``mode=inproc`` (else ``mode=separate``).
+
 The server is ``python -m dex_server`` on SQLite (``synchronous=FULL`` unless
 ``--no-fsync``) or PostgreSQL (``synchronous_commit`` on unless ``--no-fsync``); the
 Worker is an ``AsyncWorker`` child process. During the sequential chain the bench also
@@ -29,6 +38,7 @@ reads, for every thread of the (first) server and its Worker, the CPU time
 
     step_overhead p50_ms=... p95_ms=... steps_per_s=... server_cpu_ms=... worker_cpu_ms=...
         server_cs=... worker_cs=... fsync=on store=sqlite|postgres servers=1
+        mode=separate|inproc
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -92,6 +103,75 @@ async def run_worker(address: str, slots: int, gated: bool) -> None:
         ),
     )
     await worker.run()  # SIGINT / SIGTERM: graceful stop
+
+
+async def run_embedded(args: argparse.Namespace) -> None:
+    """The ``--in-process`` application: embedded server, chain Worker, gated Fanout Worker."""
+    from dex_server.app import ServerConfig
+    from dex_server.embedded import EmbeddedServer
+
+    url = args.database_url
+    config = ServerConfig(
+        database_path=Path(args.database_path) if url is None else None,
+        database_url=url,
+        port=0,
+        address_file=Path(args.address_file),
+        fsync=not args.no_fsync,
+    )
+    stop_event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_event.set)
+    async with EmbeddedServer(config=config, name="bench") as server:
+
+        def worker(flow: dex.Flow[int]) -> dex.AsyncWorker:
+            options = dex.WorkerOptions(
+                server_address=server.worker_address,
+                pull=dex.PullWorkerOptions(max_concurrent_tasks=args.slots),
+            )
+            return dex.AsyncWorker(registry(flow), options=options)
+
+        workers = [worker(CHAIN)]
+        serving = [asyncio.create_task(workers[0].start())]
+
+        def release_gated() -> None:  # the concurrent phase's Worker, on a line
+            workers.append(worker(FANOUT))
+            serving.append(asyncio.create_task(workers[-1].start()))
+
+        def read_gate() -> None:  # a daemon thread: exiting never waits for the read
+            if sys.stdin.readline():
+                loop.call_soon_threadsafe(release_gated)
+
+        threading.Thread(target=read_gate, daemon=True).start()
+        await stop_event.wait()
+        for w in workers:
+            await w.close()
+        await asyncio.gather(*serving, return_exceptions=True)
+
+
+def start_embedded(
+    db: list[str], workdir: Path, fsync: bool, slots: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The ``--in-process`` application as a child process, and its HTTP address."""
+    address_file = workdir / "embedded.address"
+    option = "--database-path" if db[0] == "--database-path" else "--database-url"
+    cmd = [sys.executable, __file__, "--embedded", option, db[1]]
+    cmd += ["--address-file", str(address_file), "--slots", slots]
+    if not fsync:
+        cmd.append("--no-fsync")
+    log = open(workdir / "embedded.log", "wb")
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    log.close()
+    deadline = time.monotonic() + 30
+    while not address_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(
+                "embedded server did not start:\n" + (workdir / "embedded.log").read_text()
+            )
+        time.sleep(0.02)
+    return proc, address_file.read_text().strip()
 
 
 def database_args(url: str | None, workdir: Path) -> list[str]:
@@ -259,8 +339,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     gates: list[subprocess.Popen[bytes]] = []
     addresses: list[str] = []
     slots = str(args.flows + 8)
+    if args.in_process and args.servers > 1:
+        raise SystemExit("--in-process runs one embedded server: drop --servers")
     try:
-        for i in range(args.servers):
+        if args.in_process:  # one process: server, chain Worker and gated Fanout Worker
+            proc, address = start_embedded(db, workdir, not args.no_fsync, slots)
+            servers.append(proc)
+            addresses.append(address)
+            gates.append(proc)
+        for i in range(0 if args.in_process else args.servers):
             proc, address = start_server(db, workdir, fsync=not args.no_fsync, name=f"server{i}")
             servers.append(proc)
             addresses.append(address)
@@ -283,7 +370,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             for c in clients:
                 await run_chain(c, 50)  # warm up every process and the store
             load_before = os.getloadavg()[0]
-            watched = [servers[0].pid, workers[0].pid]
+            watched = [servers[0].pid, workers[0].pid if workers else 0]
             before = [process_counters(pid) for pid in watched]
             overheads, wall_ms = await sequential(clients[0], args.steps)
             after = [process_counters(pid) for pid in watched]
@@ -292,7 +379,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             for c in clients:
                 await c.close()
     finally:
-        for proc in [*gates, *workers, *servers]:
+        for proc in dict.fromkeys([*gates, *workers, *servers]):
             stop(proc)
     # per Step of the sequential chain: CPU ms and context switches of the server, the Worker
     cpu_ms = [(a[0] - b[0]) * 1000.0 / args.steps for a, b in zip(after, before, strict=True)]
@@ -319,7 +406,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
         f"server_cpu_ms={cpu_ms[0]:.3f} worker_cpu_ms={cpu_ms[1]:.3f} "
         f"server_cs={switches[0]:.2f} worker_cs={switches[1]:.2f} "
-        f"fsync={fsync} store={store} servers={args.servers}"
+        f"fsync={fsync} store={store} servers={args.servers} "
+        f"mode={'inproc' if args.in_process else 'separate'}"
     )
 
 
@@ -333,12 +421,28 @@ def main() -> None:
         "--database-url", default=None, help="sqlite:///PATH (default: temp) or postgresql://..."
     )
     parser.add_argument("--servers", type=int, default=1, help="servers on one PostgreSQL database")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="server and Workers in one process (embedded server, in-process link)",
+    )
     parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--database-path", help=argparse.SUPPRESS)
+    parser.add_argument("--address-file", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=108, help=argparse.SUPPRESS)
     parser.add_argument("--gated", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         asyncio.run(run_worker(args.worker, args.slots, args.gated))
+        return
+    if args.embedded:
+        try:  # the loop the separate server runs on (uvicorn[standard] installs uvloop)
+            import uvloop
+        except ImportError:
+            asyncio.run(run_embedded(args))
+        else:
+            uvloop.run(run_embedded(args))
         return
     with tempfile.TemporaryDirectory(prefix="dex-bench-") as tmp:
         asyncio.run(bench(args, Path(tmp)))

@@ -11,6 +11,7 @@ The tree::
         ├── InvalidMapKeyError           a map instance key is not a non-empty string (a ValueError)
         ├── ChannelMessagesNotLoadedError
         ├── PullRegistrationError        the server refused a pull Worker queue's registration
+        ├── InProcessServerNotFoundError no embedded server of an inproc:// name in this process
         ├── ApiKeyExchangeError          an API key could not be exchanged for a token
         ├── FeatureNotAvailableError     a named part of the model not run yet (NotImplementedError)
         └── DexServiceError              the server answered with an error (.code, .sub_status, ...)
@@ -273,6 +274,29 @@ class PullRegistrationError(DexError):
         self.queue = queue
         self.error = error
         self.__cause__ = error
+
+
+class InProcessServerNotFoundError(DexError, ConnectionError):
+    """No embedded server runs in this process under a Worker's ``inproc://`` address.
+
+    Raised by ``AsyncWorker.start()`` / ``Worker.start()`` when no
+    ``dex_server.embedded.EmbeddedServer`` of that name runs in the process: start the
+    embedded server first. A Worker that was connected and then lost its embedded server
+    logs this error and retries with backoff, like after any lost connection. It is also a
+    ``ConnectionError``.
+
+    Attributes:
+        address: the ``inproc://`` address asked for.
+    """
+
+    def __init__(self, address: str, running: list[str]) -> None:
+        names = ", ".join(running) if running else "none"
+        super().__init__(
+            f"no embedded Dex server named {address!r} runs in this process (running: "
+            f"{names}); start a dex_server.embedded.EmbeddedServer with that name first, "
+            "or give the Worker a host:port address"
+        )
+        self.address = address
 
 
 class ApiKeyExchangeError(DexError):

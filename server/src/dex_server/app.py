@@ -2,7 +2,9 @@
 
 Use :class:`ServerConfig` to describe one server, :func:`build_app` to get the ASGI
 application (tests and embedding), :func:`serve` to run it on the current event loop and
-:func:`run_server` to run it as the blocking body of a process.
+:func:`run_server` to run it as the blocking body of a process. :func:`prepared_store` and
+:func:`uvicorn_server` are the start-up steps :func:`serve` and
+``dex_server.embedded.EmbeddedServer`` share.
 """
 
 from __future__ import annotations
@@ -280,9 +282,23 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
 
     """
     logging.basicConfig(level=config.log_level.upper())
+    app = build_app(config)
+    async with prepared_store(config, app):
+        server, sock = uvicorn_server(config, app, [ready] if ready is not None else [])
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+
+
+@contextlib.asynccontextmanager
+async def prepared_store(config: ServerConfig, app: Starlette) -> AsyncIterator[None]:
+    """Hold the store of ``app`` for one server and fail early when it is unusable.
+
+    Raises what :func:`serve` raises for the store (``DataFolderInUseError``, ...).
+    """
     from dex_server.store import prepare_database
 
-    app = build_app(config)
     # one server per SQLite folder: refuse before listening or touching the database
     store = app.state.runtime.store
     store.acquire()
@@ -294,15 +310,29 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
             verify_only=config.verify_schema_only,
             store=store,
         )
-        await _serve_app(config, app, ready)
+        yield
     finally:
         store.release()
 
 
-async def _serve_app(config: ServerConfig, app: Starlette, ready: asyncio.Event | None) -> None:
+def uvicorn_server(
+    config: ServerConfig,
+    app: Starlette,
+    on_ready: list[asyncio.Event],
+    server_class: type[_Server] | None = None,
+) -> tuple[_Server, socket.socket]:
+    """The uvicorn server of ``app`` and its bound socket (pass it to ``serve(sockets=)``).
+
+    ``on_ready`` are set once it listens; ``server_class`` may be a subclass of the
+    readiness-reporting server. Raises ``OSError`` when the address cannot be bound.
+    """
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
+    try:
+        sock.bind((config.host, config.port))
+    except OSError:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     from dex_server._http import HttpLimits, default_max_connections, limited_protocol
 
@@ -327,11 +357,8 @@ async def _serve_app(config: ServerConfig, app: Starlette, ready: asyncio.Event 
         ws_ping_timeout=60.0,
         timeout_graceful_shutdown=5,
     )
-    server = _Server(uv_config, [ready] if ready is not None else [], config.address_file)
-    try:
-        await server.serve(sockets=[sock])
-    finally:
-        sock.close()
+    server = (server_class or _Server)(uv_config, on_ready, config.address_file)
+    return server, sock
 
 
 def run_server(config: ServerConfig) -> None:

@@ -8,11 +8,13 @@ import logging
 import signal
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
+from typing import cast
 
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, WebSocketException
 
 from dex._blob_cache import BlobCache
@@ -21,6 +23,7 @@ from dex._invoke import TaskIO, invoke
 from dex._protocol import Register, RetryPolicySpec, Task, TaskResult
 from dex._registry import Registry
 from dex._transport import HttpTransport, auth_headers, ws_url
+from dex._worker import _inproc
 from dex._worker._blobs import BlobResolver
 from dex._worker._logs import install_default_handler
 from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions, WorkerTarget
@@ -83,6 +86,11 @@ class AsyncWorker:
     reconnects (within the server's ``worker_reconnect_grace_s``, default 5 s, on the same
     server). Tasks the server no longer holds for it are cancelled then, and all of them
     are if no reconnect succeeds within that grace period.
+
+    In-process: with ``server_address="inproc://<name>"`` the Worker links to the embedded
+    server of that name in this process (``dex_server.embedded.EmbeddedServer``) through
+    in-memory queues instead of a WebSocket; the frames and every behaviour above are the
+    same.
 
     Start a Worker once; it is not reusable after ``stop()``. ``async with
     AsyncWorker(...) as worker:`` closes it on exit (``close()``: stop, drain, wait).
@@ -173,19 +181,23 @@ class AsyncWorker:
             RuntimeError: the Worker was started before, or is closed.
             PullRegistrationError: the server rejected the Worker for good and
                 ``PullWorkerOptions.stop_on_permanent_stream_rejection`` is set.
+            InProcessServerNotFoundError: the address is ``inproc://<name>`` and no
+                embedded server of that name runs in this process.
 
         """
         if self._closed:
             raise RuntimeError("AsyncWorker is closed")
         if self._started:
             raise RuntimeError("an AsyncWorker can be started only once")
+        http_address = self.options.server_address
+        if _inproc.is_inproc(http_address):
+            # large values come over the embedded server's HTTP API, as they would over TCP
+            http_address = _inproc.endpoint(http_address).http_address
         self._started = True
         install_default_handler()
         self._events()
         finished = self._finished_event()
-        self._http = HttpTransport(
-            self.options.server_address, credential=self.options.credential, timeout=60.0
-        )
+        self._http = HttpTransport(http_address, credential=self.options.credential, timeout=60.0)
         self._blobs = BlobResolver(self._http, self.blob_cache, self.stats)
         self._threads = ThreadPoolExecutor(self.max_tasks, thread_name_prefix="dex-handler")
         try:
@@ -345,19 +357,15 @@ class AsyncWorker:
     async def _connect_loop(self) -> None:
         stop_event, registered = self._events()
         backoff = _BACKOFF_MIN_S
-        url = ws_url(self.options.server_address, "/v1/worker")
-        log.info("connecting to %s (%s)", self.options.server_address, url)
+        address = self.options.server_address
+        inproc = _inproc.is_inproc(address)
+        url = address.strip() if inproc else ws_url(address, "/v1/worker")
+        log.info("connecting to %s (%s)", address, "in-process link" if inproc else url)
         while not self.stopping:
             delay = backoff
             try:
                 headers = await self._auth_headers()
-                async with connect(
-                    url,
-                    additional_headers=headers,
-                    max_size=_MAX_FRAME_BYTES,
-                    compression=None,
-                    open_timeout=_REGISTER_TIMEOUT_S,
-                ) as ws:
+                async with self._open(url, headers, inproc=inproc) as ws:
                     session = self._session
                     await session.register(ws, _REGISTER_TIMEOUT_S)
                     self.stats.connections += 1
@@ -410,6 +418,23 @@ class AsyncWorker:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await stop_event.wait()
+
+    @staticmethod
+    def _open(
+        url: str, headers: dict[str, str], *, inproc: bool
+    ) -> AbstractAsyncContextManager[ClientConnection]:
+        """A WebSocket to the server, or a link to an embedded server of this process."""
+        if inproc:
+            # the link has the calls the session makes on a WebSocket (see _inproc)
+            link = _inproc.connect(url, headers, max_size=_MAX_FRAME_BYTES)
+            return cast(AbstractAsyncContextManager[ClientConnection], link)
+        return connect(
+            url,
+            additional_headers=headers,
+            max_size=_MAX_FRAME_BYTES,
+            compression=None,
+            open_timeout=_REGISTER_TIMEOUT_S,
+        )
 
     def retry_policy(self, task: Task) -> RetryPolicySpec | None:
         """The registered retry policy of the task's Step method (None for an RPC)."""
