@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import pytest
+from dex import AsyncClient, ClientOptions, Registry
 from dex._worker import _inproc
 from dex._worker._inproc import InProcessEndpoint, Link, LinkClosedError, LinkEnd
 from dex.errors import InProcessServerNotFoundError
@@ -135,3 +136,17 @@ async def test_the_registry_names_unknown_and_taken_names() -> None:
     assert not _inproc.is_registered("unit-a")
     with pytest.raises(ValueError):
         _inproc.register_endpoint("a/b", endpoint)
+
+
+async def test_a_client_given_an_inproc_address_uses_the_embedded_servers_http_api() -> None:
+    with pytest.raises(InProcessServerNotFoundError, match="inproc://unit-c"):
+        AsyncClient(Registry([]), options=ClientOptions(server_address="inproc://unit-c"))
+    loop = asyncio.get_running_loop()
+    endpoint = InProcessEndpoint("127.0.0.1:8123", loop, lambda end, h: None, 100)
+    _inproc.register_endpoint("unit-c", endpoint)
+    try:
+        client = AsyncClient(Registry([]), options=ClientOptions(server_address="inproc://unit-c"))
+        assert client._http.base_url == "http://127.0.0.1:8123"
+        await client.close()
+    finally:
+        _inproc.unregister_endpoint("unit-c", endpoint)

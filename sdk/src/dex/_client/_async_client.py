@@ -91,6 +91,8 @@ class AsyncClient:
     Raises:
         FeatureNotAvailableError: ``options.worker_target`` names listening Workers
             (this release runs pull Workers only).
+        InProcessServerNotFoundError: ``options.server_address`` is ``inproc://<name>``
+            and no embedded server of that name runs in this process.
 
     Use ``async with AsyncClient(...) as client`` or call ``close()``. One instance may be
     used by many tasks of one event loop at once (it pools HTTP connections); do not share

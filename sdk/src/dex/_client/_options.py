@@ -104,8 +104,10 @@ class ClientOptions:
     """How a Client reaches the server.
 
     Attributes:
-        server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server;
-            default: env ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``.
+        server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server, or
+            ``inproc://<name>`` for an embedded server of this process (the Client then
+            uses its HTTP address); default: env ``DEX_SERVER_ADDRESS`` when set, else
+            ``"localhost:8801"``.
         worker_target: where Flows started by this Client send their tasks. None (the
             default) and a pull target are what this release runs; a listening target
             makes the Client raise ``FeatureNotAvailableError``.
