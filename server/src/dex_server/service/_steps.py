@@ -105,10 +105,9 @@ def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
     this job's write of the row waits for it (a deadlock the database breaks, and the store
     reruns the loser, which then sees the winner's claim).
     """
-    flow = tx.flows.get(ref.run_id)
+    flow, e = tx.flows.get_with_execution(ref.run_id, ref.execution_id)
     if flow is None or flow.status != "running":
         return None
-    e = tx.executions.get(ref.run_id, ref.execution_id)
     want = "wait_for" if ref.kind == "wait_for" else "execute"
     if e is None or e.attempt != ref.attempt or e.phase != want:
         return None

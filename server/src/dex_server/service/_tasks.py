@@ -6,11 +6,11 @@ from typing import Literal
 from dex._protocol import ChannelMessageWire, LoadSpec, Task
 
 from dex_server.service._common import SpecIndex
-from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
+from dex_server.store import ExecRecord, FlowRecord, Tx
 
 
 def _fill_state(tx: Tx, task: Task, run_id: str, loads: LoadSpec) -> None:
-    values: dict[str, StoredValue] = tx.state.singletons(run_id)
+    values, task.channel_sizes = tx.state.snapshot(run_id)
     if loads.attribute_maps:
         values.update(tx.state.of_maps(run_id, loads.attribute_maps))
     if loads.attribute_map_instances:
@@ -22,7 +22,6 @@ def _fill_state(tx: Tx, task: Task, run_id: str, loads: LoadSpec) -> None:
             task.attributes[name] = v.value
     task.loaded_maps = list(loads.attribute_maps)
     task.loaded_map_instances = list(loads.attribute_map_instances)
-    task.channel_sizes = tx.channels.sizes(run_id)
     chans = [*loads.channels, *loads.channel_map_instances]
     if chans or loads.channel_maps:
         pending: dict[str, list[ChannelMessageWire]] = {}

@@ -28,6 +28,14 @@ class FlowsStore(Protocol):
 
     def update(self, flow: FlowRecord) -> None: ...
     def get(self, run_id: str) -> FlowRecord | None: ...
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        """``get(run_id)`` and ``executions.get(run_id, execution_id)`` in one database trip.
+
+        Every Step result loads both first; on PostgreSQL the two reads travel together.
+        """
+
     def latest(self, flow_id: str) -> FlowRecord | None:
         """The Flow ID's running run, else its newest one."""
 
@@ -64,6 +72,12 @@ class ExecutionsStore(Protocol):
 class StateStore(Protocol):
     def get(self, run_id: str, name: str) -> StoredValue | None: ...
     def singletons(self, run_id: str) -> dict[str, StoredValue]: ...
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        """``singletons(run_id)`` and ``channels.sizes(run_id)`` in one database trip.
+
+        What every task snapshot reads; on PostgreSQL the two reads travel together.
+        """
+
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]: ...
     def of_names(self, run_id: str, names: Sequence[str]) -> dict[str, StoredValue]: ...
     def of_range(

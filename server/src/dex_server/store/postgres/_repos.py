@@ -26,6 +26,14 @@ from dex_server.store._records import (
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
+_FLOW_GET = "SELECT data FROM flows WHERE run_id=%s"
+_EXEC_GET = (
+    "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND execution_id=%s"
+)
+_SINGLETONS = (
+    "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s AND map_name IS NULL"
+)
+_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel"
 
 
 def _map_of(name: str) -> str | None:
@@ -91,8 +99,22 @@ class PgFlows(_Repo):
         )
 
     def get(self, run_id: str) -> FlowRecord | None:
-        row = self.row("SELECT data FROM flows WHERE run_id=%s" + self.lock, (run_id,))
+        row = self.row(_FLOW_GET + self.lock, (run_id,))
         return flow_decoder.decode(_b(row[0])) if row else None
+
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        # both queued before either is read: in pipeline mode one round trip, not two
+        flow_cur = self.c.execute(_FLOW_GET + self.lock, (run_id,))
+        exec_cur = self.c.execute(_EXEC_GET, (run_id, execution_id))
+        flow, e = flow_cur.fetchone(), exec_cur.fetchone()
+        if flow is None:
+            return None, None
+        return (
+            flow_decoder.decode(_b(flow[0])),
+            with_claim(exec_decoder.decode(_b(e[0])), e[1], e[2]) if e else None,
+        )
 
     def latest(self, flow_id: str) -> FlowRecord | None:
         # the running run, whatever its id: run ids come from several servers' clocks
@@ -188,11 +210,7 @@ class PgExecutions(_Repo):
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
-        row = self.row(
-            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND"
-            " execution_id=%s",
-            (run_id, execution_id),
-        )
+        row = self.row(_EXEC_GET, (run_id, execution_id))
         return with_claim(exec_decoder.decode(_b(row[0])), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
@@ -227,12 +245,15 @@ class PgState(_Repo):
         return _value(*row) if row else None
 
     def singletons(self, run_id: str) -> dict[str, StoredValue]:
-        rows = self.rows(
-            "SELECT name, value, blob_hash, size FROM attributes"
-            " WHERE run_id=%s AND map_name IS NULL",
-            (run_id,),
-        )
+        rows = self.rows(_SINGLETONS, (run_id,))
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
+
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        # both queued before either is read: in pipeline mode one round trip, not two
+        values_cur = self.c.execute(_SINGLETONS, (run_id,))
+        sizes_cur = self.c.execute(_CHANNEL_SIZES, (run_id,))
+        values = {str(r[0]): _value(r[1], r[2], r[3]) for r in values_cur.fetchall()}
+        return values, {str(r[0]): int(r[1]) for r in sizes_cur.fetchall()}  # type: ignore[call-overload]
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
@@ -353,10 +374,7 @@ class PgChannels(_Repo):
         return int(row[0]) if row else None  # type: ignore[call-overload]
 
     def sizes(self, run_id: str) -> dict[str, int]:
-        rows = self.rows(
-            "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel",
-            (run_id,),
-        )
+        rows = self.rows(_CHANNEL_SIZES, (run_id,))
         return {str(r[0]): int(r[1]) for r in rows}  # type: ignore[call-overload]
 
     def pending(

@@ -27,6 +27,8 @@ def _map_of(name: str) -> str | None:
 
 
 _SINGLETONS_SKIP_AFTER = 16
+_EXEC_GET = "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND execution_id=?"
+_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel"
 _SINGLETONS_FROM = (
     "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name>=? ORDER BY name"
 )
@@ -74,6 +76,15 @@ class SqliteFlows:
     def get(self, run_id: str) -> FlowRecord | None:
         row = self.c.execute("SELECT data FROM flows WHERE run_id=?", (run_id,)).fetchone()
         return flow_decoder.decode(row[0]) if row else None
+
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        flow = self.get(run_id)
+        if flow is None:
+            return None, None
+        row = self.c.execute(_EXEC_GET, (run_id, execution_id)).fetchone()
+        return flow, with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def latest(self, flow_id: str) -> FlowRecord | None:
         # the running run, whatever its id (another server's clock may make it the smaller)
@@ -174,11 +185,7 @@ class SqliteExecutions:
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
-        row = self.c.execute(
-            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND"
-            " execution_id=?",
-            (run_id, execution_id),
-        ).fetchone()
+        row = self.c.execute(_EXEC_GET, (run_id, execution_id)).fetchone()
         return with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
@@ -236,6 +243,10 @@ class SqliteState:
             if jump is None:
                 return out
             bound = jump
+
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        sizes = {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
+        return self.singletons(run_id), sizes
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
@@ -359,11 +370,7 @@ class SqliteChannels:
         return int(row[0]) if row else None
 
     def sizes(self, run_id: str) -> dict[str, int]:
-        rows = self.c.execute(
-            "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel",
-            (run_id,),
-        )
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
 
     def pending(
         self, run_id: str, channels: Sequence[str], maps: Sequence[str]
