@@ -34,6 +34,14 @@ _SINGLETONS = (
     "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s AND map_name IS NULL"
 )
 _CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel"
+# a task snapshot's singletons and Channel sizes in one statement (each statement costs the
+# client about as much as the reading itself); the first column marks a Channel's row
+_SNAPSHOT = (
+    "SELECT false, name, value, blob_hash, size FROM attributes"
+    " WHERE run_id=%s AND map_name IS NULL"
+    " UNION ALL SELECT true, channel, NULL, NULL, count(*) FROM channel_messages"
+    " WHERE run_id=%s GROUP BY channel"
+)
 
 
 def _map_of(name: str) -> str | None:
@@ -48,16 +56,20 @@ class _Repo:
         self.c = conn
         self.lock = " FOR UPDATE" if writer else ""
         self.me = server_id
+        # reused, not one new cursor per statement (a cursor costs as much as a statement's
+        # own work): reads fetch at once, and no write's result is ever read
+        self._reads = conn.cursor()
+        self._writes = conn.cursor()
 
     def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        return self.c.execute(sql, args).fetchall()
+        return self._reads.execute(sql, args).fetchall()
 
     def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
-        return self.c.execute(sql, args).fetchone()
+        return self._reads.execute(sql, args).fetchone()
 
     def run(self, sql: str, args: Sequence[object] = ()) -> None:
         # no result is read: in pipeline mode the statement is queued, not waited for
-        self.c.execute(sql, args)
+        self._writes.execute(sql, args)
 
 
 def _b(v: object) -> bytes:
@@ -249,11 +261,14 @@ class PgState(_Repo):
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
 
     def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
-        # both queued before either is read: in pipeline mode one round trip, not two
-        values_cur = self.c.execute(_SINGLETONS, (run_id,))
-        sizes_cur = self.c.execute(_CHANNEL_SIZES, (run_id,))
-        values = {str(r[0]): _value(r[1], r[2], r[3]) for r in values_cur.fetchall()}
-        return values, {str(r[0]): int(r[1]) for r in sizes_cur.fetchall()}  # type: ignore[call-overload]
+        values: dict[str, StoredValue] = {}
+        sizes: dict[str, int] = {}
+        for channel, name, value, blob, size in self.rows(_SNAPSHOT, (run_id, run_id)):
+            if channel:
+                sizes[str(name)] = int(size)  # type: ignore[call-overload]
+            else:
+                values[str(name)] = _value(value, blob, size)
+        return values, sizes
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
