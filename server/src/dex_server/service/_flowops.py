@@ -182,7 +182,6 @@ def _timeout_fired(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float) -> Timeo
 def cancel_execs(tx: Tx, flow: FlowRecord, ids: list[str], eff: Effects) -> None:
     for eid in ids:
         tx.executions.delete(flow.run_id, eid)
-        tx.timers.clear(flow.run_id, eid)
         eff.cancelled.append((flow.run_id, eid))
         # the execution may be running on another server's Worker
         tx.signals.notify("cancel", f"{flow.run_id}\t{eid}")

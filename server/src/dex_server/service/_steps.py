@@ -339,7 +339,6 @@ def apply_step_result(
             now,
         )
         tx.executions.delete(flow.run_id, e.execution_id)
-        tx.timers.clear(flow.run_id, e.execution_id)
         flow.counters = plan.counters
         assert resolved is not None
         if resolved.kind in ("graceful_complete", "force_complete") and (
@@ -502,7 +501,6 @@ def fail_attempt(
     route = e.options.execute_failure_step if kind == "execute" else None
     if route is not None and route in idx.step_types:
         tx.executions.delete(flow.run_id, e.execution_id)
-        tx.timers.clear(flow.run_id, e.execution_id)
         n = flow.counters.get(route, 0) + 1
         flow.counters = {**flow.counters, route: n}
         new = NewExecution(

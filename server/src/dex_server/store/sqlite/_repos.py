@@ -193,9 +193,9 @@ class SqliteExecutions:
         return with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
-        self.c.execute(
-            "DELETE FROM executions WHERE run_id=? AND execution_id=?", (run_id, execution_id)
-        )
+        key = (run_id, execution_id)
+        self.c.execute("DELETE FROM executions WHERE run_id=? AND execution_id=?", key)
+        self.c.execute("DELETE FROM timers WHERE run_id=? AND execution_id=?", key)
 
     def of_run(self, run_id: str) -> list[ExecRecord]:
         rows = self.c.execute(
