@@ -78,6 +78,12 @@ def _b(v: object) -> bytes:
 
 
 class PgFlows(_Repo):
+    def __init__(
+        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+    ) -> None:
+        super().__init__(conn, writer=writer, server_id=server_id)
+        self._pair = conn.cursor()  # the second of two reads in flight at once
+
     def insert(self, flow: FlowRecord) -> bool:
         # a concurrent start of the same Flow ID waits here for the other transaction
         row = self.row(
@@ -118,8 +124,8 @@ class PgFlows(_Repo):
         self, run_id: str, execution_id: str
     ) -> tuple[FlowRecord | None, ExecRecord | None]:
         # both queued before either is read: in pipeline mode one round trip, not two
-        flow_cur = self.c.execute(_FLOW_GET + self.lock, (run_id,))
-        exec_cur = self.c.execute(_EXEC_GET, (run_id, execution_id))
+        flow_cur = self._reads.execute(_FLOW_GET + self.lock, (run_id,))
+        exec_cur = self._pair.execute(_EXEC_GET, (run_id, execution_id))
         flow, e = flow_cur.fetchone(), exec_cur.fetchone()
         if flow is None:
             return None, None

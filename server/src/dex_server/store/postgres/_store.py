@@ -431,10 +431,11 @@ class PostgresStore:
         results: list[Any] = []
         try:
             with conn.pipeline():
-                conn.execute("BEGIN")
+                cur = conn.cursor()  # one for both: a cursor costs about what a statement does
+                cur.execute("BEGIN")
                 for job, _ in batch:
                     results.append(job(tx))
-                conn.execute("COMMIT")
+                cur.execute("COMMIT")
         except _RETRY_OR_LOST:
             raise
         except Exception:
