@@ -1,8 +1,9 @@
 """The reads and the Flow update every Step result commits with, on SQLite and PostgreSQL.
 
 ``flows.get_with_execution`` and ``state.snapshot`` must return exactly what the separate
-reads return; ``flows.update`` must keep the indexed columns right whether it changes
-them (a close) or not (a Step of a running run).
+reads return, and ``state.snapshot_later`` what ``snapshot`` would at that point of the
+job; ``flows.update`` must keep the indexed columns right whether it changes them (a
+close) or not (a Step of a running run).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import msgspec
 import pytest
 from dex._protocol import StepOptionsSpec
 from dex_server.store import ExecRecord, FlowRecord, SqliteStore, StoredValue, Tx
+from dex_server.store._contract import Snapshot
 from dex_server.store.postgres import PostgresStore
 
 from tests._pg import db_url, postgres_reachable
@@ -113,6 +115,50 @@ async def test_snapshot_matches_singletons_and_channel_sizes(store: Store) -> No
     assert empty == ({}, {})
     # the reader's snapshot reads the same
     assert await store.read(lambda tx: tx.state.snapshot("r1")) == snap
+
+
+async def test_snapshot_later_sees_the_jobs_writes_before_the_result(store: Store) -> None:
+    await store.run(lambda tx: tx.flows.insert(_flow("r1")))
+
+    def job(tx: Tx) -> list[Snapshot | None]:
+        got: list[Snapshot | None] = []
+        tx.state.write("r1", "A", StoredValue(value=msgspec.Raw(b"1"), size=1))
+        tx.state.snapshot_later("r1", got.append)
+        # written after the snapshot's point: not in it
+        tx.state.write("r1", "A", StoredValue(value=msgspec.Raw(b"2"), size=1))
+        tx.channels.publish("r1", "C", "m1", b"1")
+        return got
+
+    got = await store.run(job)
+    assert len(got) == 1 and got[0] is not None
+    values, sizes = got[0]
+    assert values["A"].value == msgspec.Raw(b"1") and sizes == {}
+    _, sizes_now = await store.run(lambda tx: tx.state.snapshot("r1"))
+    assert sizes_now == {"C": 1}
+
+
+async def test_snapshot_later_of_a_group_that_fails_is_dropped(store: Store) -> None:
+    """A failing job sends the group to the store's one-by-one retry: one fill per job."""
+    await store.run(lambda tx: tx.flows.insert(_flow("r1")))
+    fills: list[Snapshot | None] = []
+
+    def ok(tx: Tx) -> None:
+        tx.state.write("r1", "A", StoredValue(value=msgspec.Raw(b"1"), size=1))
+        tx.state.snapshot_later("r1", fills.append)
+
+    def boom(tx: Tx) -> None:
+        tx.state.snapshot_later("r1", fills.append)
+        raise ValueError("this job fails")
+
+    first, second = store.submit(ok), store.submit(boom)
+    await first
+    with pytest.raises(ValueError, match="this job fails"):
+        await second
+    assert await store.run(lambda tx: tx.state.get("r1", "A")) is not None
+    # the failing job's own read may have run (a read like any other, in the one-by-one
+    # retry), but a dropped attempt's never does, not even with a later commit
+    assert 1 <= len(fills) <= 2
+    assert all(f is not None and f[0]["A"].value == msgspec.Raw(b"1") for f in fills)
 
 
 async def test_flow_update_keeps_the_indexed_columns(store: Store) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
@@ -94,8 +95,15 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
             else:
                 e = r.record or tx.executions.get(flow.run_id, r.execution_id)
             if e is not None:
-                r.task = build_step_task(tx, flow, e)
+                r.task = build_step_task(tx, flow, e, _unread(r))
                 r.version = flow.version
+
+
+def _unread(r: ReadyTask) -> Callable[[], None]:
+    def unread() -> None:
+        r.task = None  # its snapshot could not be read after the commit: the dispatcher will
+
+    return unread
 
 
 def run_matching(

@@ -16,6 +16,9 @@ from dex._protocol import FlowSpec
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
 from dex_server.store._search import SearchRepo
 
+Snapshot = tuple[dict[str, StoredValue], dict[str, int]]
+"""A run's singleton Attributes and the sizes of its non-empty Channels."""
+
 
 class FlowsStore(Protocol):
     def insert(self, flow: FlowRecord) -> bool:
@@ -78,6 +81,15 @@ class StateStore(Protocol):
         """``singletons(run_id)`` and ``channels.sizes(run_id)`` in one database trip.
 
         What every task snapshot reads; on PostgreSQL the two reads travel together.
+        """
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        """``fill(snapshot(run_id))`` as of this point of the job, called at once or later.
+
+        PostgreSQL sends the read with the transaction's COMMIT and calls ``fill`` once
+        that came back (one round trip less per Step), before the job's future resolves:
+        ``fill(None)`` if the transaction committed but the read could not be used, no
+        call at all if it did not commit. Elsewhere ``fill`` runs at once, like any read.
         """
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]: ...

@@ -7,12 +7,14 @@ the row lock (``FOR UPDATE``): two servers committing for the same run serialise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 import psycopg
 from dex._protocol import FlowSpec
 
+from dex_server.store._contract import Snapshot
 from dex_server.store._records import (
     ExecRecord,
     FlowRecord,
@@ -26,6 +28,7 @@ from dex_server.store._records import (
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
+log = logging.getLogger("dex_server.store")
 _FLOW_GET = "SELECT data FROM flows WHERE run_id=%s"
 _EXEC_GET = (
     "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND execution_id=%s"
@@ -257,7 +260,27 @@ def _value(value: object, blob: object, size: object) -> StoredValue:
     )
 
 
+_Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def _snapshot(rows: list[tuple[object, ...]]) -> Snapshot:
+    values: dict[str, StoredValue] = {}
+    sizes: dict[str, int] = {}
+    for channel, name, value, blob, size in rows:
+        if channel:
+            sizes[str(name)] = int(size)  # type: ignore[call-overload]
+        else:
+            values[str(name)] = _value(value, blob, size)
+    return values, sizes
+
+
 class PgState(_Repo):
+    def __init__(
+        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+    ) -> None:
+        super().__init__(conn, writer=writer, server_id=server_id)
+        self._later: list[tuple[_Cursor, Callable[[Snapshot | None], None]]] = []
+
     def get(self, run_id: str, name: str) -> StoredValue | None:
         row = self.row(
             "SELECT value, blob_hash, size FROM attributes WHERE run_id=%s AND name=%s",
@@ -270,14 +293,32 @@ class PgState(_Repo):
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
 
     def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
-        values: dict[str, StoredValue] = {}
-        sizes: dict[str, int] = {}
-        for channel, name, value, blob, size in self.rows(_SNAPSHOT, (run_id, run_id)):
-            if channel:
-                sizes[str(name)] = int(size)  # type: ignore[call-overload]
+        return _snapshot(self.rows(_SNAPSHOT, (run_id, run_id)))
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        if self.c.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+            fill(self.snapshot(run_id))  # a reader, or the store's statement-by-statement retry
+            return
+        # queued now, read with the COMMIT's results (see PostgresStore._transaction)
+        cur = self.c.cursor()
+        cur.execute(_SNAPSHOT, (run_id, run_id))
+        self._later.append((cur, fill))
+
+    def run_later(self) -> None:
+        """The transaction committed: hand each queued snapshot to its ``fill``."""
+        later, self._later = self._later, []
+        for cur, fill in later:
+            try:
+                snap = _snapshot(cur.fetchall())
+            except Exception:
+                log.exception("reading a task snapshot after its commit failed")
+                fill(None)
             else:
-                values[str(name)] = _value(value, blob, size)
-        return values, sizes
+                fill(snap)
+
+    def drop_later(self) -> None:
+        """The transaction did not commit: its queued snapshots are void."""
+        self._later = []
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 from dex._protocol import FlowSpec
 
+from dex_server.store._contract import Snapshot
 from dex_server.store._records import (
     ExecRecord,
     FlowRecord,
@@ -251,6 +252,9 @@ class SqliteState:
     def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
         sizes = {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
         return self.singletons(run_id), sizes
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        fill(self.snapshot(run_id))
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
