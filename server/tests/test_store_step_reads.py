@@ -97,8 +97,6 @@ async def test_snapshot_matches_singletons_and_channel_sizes(store: Store) -> No
 
     await store.run(setup)
 
-    Snapshot = tuple[dict[str, StoredValue], dict[str, int]]
-
     def read(tx: Tx) -> tuple[Snapshot, Snapshot, Snapshot]:
         return (
             tx.state.snapshot("r1"),
