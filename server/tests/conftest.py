@@ -37,6 +37,7 @@ STORE_INDEPENDENT_MODULES = frozenset(
         "test_readonly_store",
         "test_store",
         "test_store_singletons",
+        "test_store_step_reads",
         "test_stream_hub",
         "test_web_unit",
     }

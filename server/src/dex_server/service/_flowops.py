@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
@@ -94,8 +95,15 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
             else:
                 e = r.record or tx.executions.get(flow.run_id, r.execution_id)
             if e is not None:
-                r.task = build_step_task(tx, flow, e)
+                r.task = build_step_task(tx, flow, e, _unread(r))
                 r.version = flow.version
+
+
+def _unread(r: ReadyTask) -> Callable[[], None]:
+    def unread() -> None:
+        r.task = None  # its snapshot could not be read after the commit: the dispatcher will
+
+    return unread
 
 
 def run_matching(
@@ -182,7 +190,6 @@ def _timeout_fired(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float) -> Timeo
 def cancel_execs(tx: Tx, flow: FlowRecord, ids: list[str], eff: Effects) -> None:
     for eid in ids:
         tx.executions.delete(flow.run_id, eid)
-        tx.timers.clear(flow.run_id, eid)
         eff.cancelled.append((flow.run_id, eid))
         # the execution may be running on another server's Worker
         tx.signals.notify("cancel", f"{flow.run_id}\t{eid}")

@@ -537,7 +537,6 @@ def continue_as_new(tx: Tx, limits: Limits, specs: Specs, run_id: str, now: floa
     # close the old run first: the store allows one running run per Flow ID
     for e in live:
         tx.executions.delete(run_id, e.execution_id)
-        tx.timers.clear(run_id, e.execution_id)
     tx.locks.release_run(run_id)
     flow.status = "continued_as_new"
     flow.closed_at = now

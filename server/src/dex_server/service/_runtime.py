@@ -241,8 +241,7 @@ class Runtime:
         me, epoch = self.store.server_id, env.claim_epoch
 
         def job(tx: Tx) -> tuple[Task | None, int, bool]:
-            flow = tx.flows.get(run_id)
-            e = tx.executions.get(run_id, eid)
+            flow, e = tx.flows.get_with_execution(run_id, eid)
             if flow is None or flow.status != "running" or e is None or e.attempt != attempt:
                 return None, 0, True
             if epoch is not None and (e.claimed_by, e.claim_epoch) != (me, epoch):

@@ -105,10 +105,9 @@ def _load(tx: Tx, ref: AttemptRef) -> tuple[FlowRecord, ExecRecord] | None:
     this job's write of the row waits for it (a deadlock the database breaks, and the store
     reruns the loser, which then sees the winner's claim).
     """
-    flow = tx.flows.get(ref.run_id)
+    flow, e = tx.flows.get_with_execution(ref.run_id, ref.execution_id)
     if flow is None or flow.status != "running":
         return None
-    e = tx.executions.get(ref.run_id, ref.execution_id)
     want = "wait_for" if ref.kind == "wait_for" else "execute"
     if e is None or e.attempt != ref.attempt or e.phase != want:
         return None
@@ -340,7 +339,6 @@ def apply_step_result(
             now,
         )
         tx.executions.delete(flow.run_id, e.execution_id)
-        tx.timers.clear(flow.run_id, e.execution_id)
         flow.counters = plan.counters
         assert resolved is not None
         if resolved.kind in ("graceful_complete", "force_complete") and (
@@ -503,7 +501,6 @@ def fail_attempt(
     route = e.options.execute_failure_step if kind == "execute" else None
     if route is not None and route in idx.step_types:
         tx.executions.delete(flow.run_id, e.execution_id)
-        tx.timers.clear(flow.run_id, e.execution_id)
         n = flow.counters.get(route, 0) + 1
         flow.counters = {**flow.counters, route: n}
         new = NewExecution(

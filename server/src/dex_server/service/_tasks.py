@@ -1,28 +1,52 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Literal
 
 from dex._protocol import ChannelMessageWire, LoadSpec, Task
 
 from dex_server.service._common import SpecIndex
 from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
+from dex_server.store._contract import Snapshot
 
 
-def _fill_state(tx: Tx, task: Task, run_id: str, loads: LoadSpec) -> None:
-    values: dict[str, StoredValue] = tx.state.singletons(run_id)
+def _fill_state(
+    tx: Tx,
+    task: Task,
+    run_id: str,
+    loads: LoadSpec,
+    unread: Callable[[], None] | None = None,
+) -> None:
+    """Load ``loads`` into ``task``.
+
+    ``unread``: the singletons and Channel sizes may arrive after the job (see
+    ``StateStore.snapshot_later``); ``unread()`` is called if they cannot.
+    """
+    extra: dict[str, StoredValue] = {}
     if loads.attribute_maps:
-        values.update(tx.state.of_maps(run_id, loads.attribute_maps))
+        extra.update(tx.state.of_maps(run_id, loads.attribute_maps))
     if loads.attribute_map_instances:
-        values.update(tx.state.of_names(run_id, loads.attribute_map_instances))
-    for name, v in values.items():
-        if v.blob is not None:
-            task.blob_refs[name] = v.blob
-        elif v.value is not None:
-            task.attributes[name] = v.value
+        extra.update(tx.state.of_names(run_id, loads.attribute_map_instances))
+
+    def fill(snap: Snapshot | None) -> None:
+        if snap is None:
+            assert unread is not None
+            unread()
+            return
+        values, task.channel_sizes = snap
+        for name, v in [*values.items(), *extra.items()]:
+            if v.blob is not None:
+                task.blob_refs[name] = v.blob
+            elif v.value is not None:
+                task.attributes[name] = v.value
+
+    if unread is None:
+        fill(tx.state.snapshot(run_id))
+    else:
+        tx.state.snapshot_later(run_id, fill)
     task.loaded_maps = list(loads.attribute_maps)
     task.loaded_map_instances = list(loads.attribute_map_instances)
-    task.channel_sizes = tx.channels.sizes(run_id)
     chans = [*loads.channels, *loads.channel_map_instances]
     if chans or loads.channel_maps:
         pending: dict[str, list[ChannelMessageWire]] = {}
@@ -34,8 +58,14 @@ def _fill_state(tx: Tx, task: Task, run_id: str, loads: LoadSpec) -> None:
         task.loaded_channels = [*loads.channels, *loads.channel_maps, *loads.channel_map_instances]
 
 
-def build_step_task(tx: Tx, flow: FlowRecord, e: ExecRecord) -> Task:
-    """Snapshot the state a Step method needs into a Task (task_id/deadline set at dispatch)."""
+def build_step_task(
+    tx: Tx, flow: FlowRecord, e: ExecRecord, unread: Callable[[], None] | None = None
+) -> Task:
+    """Snapshot the state a Step method needs into a Task (task_id/deadline set at dispatch).
+
+    With ``unread`` part of the snapshot may be filled in once the job's transaction
+    committed, before its future resolves; ``unread()`` if it cannot be.
+    """
     kind: Literal["wait_for", "execute"] = "wait_for" if e.phase == "wait_for" else "execute"
     opts = e.options
     task = Task(
@@ -60,7 +90,11 @@ def build_step_task(tx: Tx, flow: FlowRecord, e: ExecRecord) -> Task:
         task.condition_results = e.condition_results
         task.wait_for_failed = e.wait_for_failed
     _fill_state(
-        tx, task, flow.run_id, opts.wait_for_loads if kind == "wait_for" else opts.execute_loads
+        tx,
+        task,
+        flow.run_id,
+        opts.wait_for_loads if kind == "wait_for" else opts.execute_loads,
+        unread,
     )
     return task
 

@@ -16,6 +16,9 @@ from dex._protocol import FlowSpec
 from dex_server.store._records import ExecRecord, FlowRecord, PendingMessage, StoredValue
 from dex_server.store._search import SearchRepo
 
+Snapshot = tuple[dict[str, StoredValue], dict[str, int]]
+"""A run's singleton Attributes and the sizes of its non-empty Channels."""
+
 
 class FlowsStore(Protocol):
     def insert(self, flow: FlowRecord) -> bool:
@@ -28,6 +31,14 @@ class FlowsStore(Protocol):
 
     def update(self, flow: FlowRecord) -> None: ...
     def get(self, run_id: str) -> FlowRecord | None: ...
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        """``get(run_id)`` and ``executions.get(run_id, execution_id)`` in one database trip.
+
+        Every Step result loads both first; on PostgreSQL the two reads travel together.
+        """
+
     def latest(self, flow_id: str) -> FlowRecord | None:
         """The Flow ID's running run, else its newest one."""
 
@@ -56,7 +67,9 @@ class SpecsStore(Protocol):
 class ExecutionsStore(Protocol):
     def put(self, e: ExecRecord) -> None: ...
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None: ...
-    def delete(self, run_id: str, execution_id: str) -> None: ...
+    def delete(self, run_id: str, execution_id: str) -> None:
+        """Delete an execution that ended, and its timers."""
+
     def of_run(self, run_id: str) -> list[ExecRecord]: ...
     def delete_run(self, run_id: str) -> None: ...
 
@@ -64,6 +77,21 @@ class ExecutionsStore(Protocol):
 class StateStore(Protocol):
     def get(self, run_id: str, name: str) -> StoredValue | None: ...
     def singletons(self, run_id: str) -> dict[str, StoredValue]: ...
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        """``singletons(run_id)`` and ``channels.sizes(run_id)`` in one database trip.
+
+        What every task snapshot reads; on PostgreSQL the two reads travel together.
+        """
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        """``fill(snapshot(run_id))`` as of this point of the job, called at once or later.
+
+        PostgreSQL sends the read with the transaction's COMMIT and calls ``fill`` once
+        that came back (one round trip less per Step), before the job's future resolves:
+        ``fill(None)`` if the transaction committed but the read could not be used, no
+        call at all if it did not commit. Elsewhere ``fill`` runs at once, like any read.
+        """
+
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]: ...
     def of_names(self, run_id: str, names: Sequence[str]) -> dict[str, StoredValue]: ...
     def of_range(

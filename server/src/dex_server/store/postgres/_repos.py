@@ -7,12 +7,14 @@ the row lock (``FOR UPDATE``): two servers committing for the same run serialise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 import psycopg
 from dex._protocol import FlowSpec
 
+from dex_server.store._contract import Snapshot
 from dex_server.store._records import (
     ExecRecord,
     FlowRecord,
@@ -26,6 +28,23 @@ from dex_server.store._records import (
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
+log = logging.getLogger("dex_server.store")
+_FLOW_GET = "SELECT data FROM flows WHERE run_id=%s"
+_EXEC_GET = (
+    "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND execution_id=%s"
+)
+_SINGLETONS = (
+    "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s AND map_name IS NULL"
+)
+_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel"
+# a task snapshot's singletons and Channel sizes in one statement (each statement costs the
+# client about as much as the reading itself); the first column marks a Channel's row
+_SNAPSHOT = (
+    "SELECT false, name, value, blob_hash, size FROM attributes"
+    " WHERE run_id=%s AND map_name IS NULL"
+    " UNION ALL SELECT true, channel, NULL, NULL, count(*) FROM channel_messages"
+    " WHERE run_id=%s GROUP BY channel"
+)
 
 
 def _map_of(name: str) -> str | None:
@@ -40,16 +59,20 @@ class _Repo:
         self.c = conn
         self.lock = " FOR UPDATE" if writer else ""
         self.me = server_id
+        # reused, not one new cursor per statement (a cursor costs as much as a statement's
+        # own work): reads fetch at once, and no write's result is ever read
+        self._reads = conn.cursor()
+        self._writes = conn.cursor()
 
     def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        return self.c.execute(sql, args).fetchall()
+        return self._reads.execute(sql, args).fetchall()
 
     def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
-        return self.c.execute(sql, args).fetchone()
+        return self._reads.execute(sql, args).fetchone()
 
     def run(self, sql: str, args: Sequence[object] = ()) -> None:
         # no result is read: in pipeline mode the statement is queued, not waited for
-        self.c.execute(sql, args)
+        self._writes.execute(sql, args)
 
 
 def _b(v: object) -> bytes:
@@ -58,6 +81,12 @@ def _b(v: object) -> bytes:
 
 
 class PgFlows(_Repo):
+    def __init__(
+        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+    ) -> None:
+        super().__init__(conn, writer=writer, server_id=server_id)
+        self._pair = conn.cursor()  # the second of two reads in flight at once
+
     def insert(self, flow: FlowRecord) -> bool:
         # a concurrent start of the same Flow ID waits here for the other transaction
         row = self.row(
@@ -91,8 +120,22 @@ class PgFlows(_Repo):
         )
 
     def get(self, run_id: str) -> FlowRecord | None:
-        row = self.row("SELECT data FROM flows WHERE run_id=%s" + self.lock, (run_id,))
+        row = self.row(_FLOW_GET + self.lock, (run_id,))
         return flow_decoder.decode(_b(row[0])) if row else None
+
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        # both queued before either is read: in pipeline mode one round trip, not two
+        flow_cur = self._reads.execute(_FLOW_GET + self.lock, (run_id,))
+        exec_cur = self._pair.execute(_EXEC_GET, (run_id, execution_id))
+        flow, e = flow_cur.fetchone(), exec_cur.fetchone()
+        if flow is None:
+            return None, None
+        return (
+            flow_decoder.decode(_b(flow[0])),
+            with_claim(exec_decoder.decode(_b(e[0])), e[1], e[2]) if e else None,
+        )
 
     def latest(self, flow_id: str) -> FlowRecord | None:
         # the running run, whatever its id: run ids come from several servers' clocks
@@ -188,16 +231,15 @@ class PgExecutions(_Repo):
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
-        row = self.row(
-            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=%s AND"
-            " execution_id=%s",
-            (run_id, execution_id),
-        )
+        row = self.row(_EXEC_GET, (run_id, execution_id))
         return with_claim(exec_decoder.decode(_b(row[0])), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
+        # one statement for both (each statement costs the client as much as its work)
         self.run(
-            "DELETE FROM executions WHERE run_id=%s AND execution_id=%s", (run_id, execution_id)
+            "WITH t AS (DELETE FROM timers WHERE run_id=%s AND execution_id=%s)"
+            " DELETE FROM executions WHERE run_id=%s AND execution_id=%s",
+            (run_id, execution_id, run_id, execution_id),
         )
 
     def of_run(self, run_id: str) -> list[ExecRecord]:
@@ -218,7 +260,27 @@ def _value(value: object, blob: object, size: object) -> StoredValue:
     )
 
 
+_Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def _snapshot(rows: list[tuple[object, ...]]) -> Snapshot:
+    values: dict[str, StoredValue] = {}
+    sizes: dict[str, int] = {}
+    for channel, name, value, blob, size in rows:
+        if channel:
+            sizes[str(name)] = int(size)  # type: ignore[call-overload]
+        else:
+            values[str(name)] = _value(value, blob, size)
+    return values, sizes
+
+
 class PgState(_Repo):
+    def __init__(
+        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+    ) -> None:
+        super().__init__(conn, writer=writer, server_id=server_id)
+        self._later: list[tuple[_Cursor, Callable[[Snapshot | None], None]]] = []
+
     def get(self, run_id: str, name: str) -> StoredValue | None:
         row = self.row(
             "SELECT value, blob_hash, size FROM attributes WHERE run_id=%s AND name=%s",
@@ -227,12 +289,36 @@ class PgState(_Repo):
         return _value(*row) if row else None
 
     def singletons(self, run_id: str) -> dict[str, StoredValue]:
-        rows = self.rows(
-            "SELECT name, value, blob_hash, size FROM attributes"
-            " WHERE run_id=%s AND map_name IS NULL",
-            (run_id,),
-        )
+        rows = self.rows(_SINGLETONS, (run_id,))
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
+
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        return _snapshot(self.rows(_SNAPSHOT, (run_id, run_id)))
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        if self.c.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+            fill(self.snapshot(run_id))  # a reader, or the store's statement-by-statement retry
+            return
+        # queued now, read with the COMMIT's results (see PostgresStore._transaction)
+        cur = self.c.cursor()
+        cur.execute(_SNAPSHOT, (run_id, run_id))
+        self._later.append((cur, fill))
+
+    def run_later(self) -> None:
+        """The transaction committed: hand each queued snapshot to its ``fill``."""
+        later, self._later = self._later, []
+        for cur, fill in later:
+            try:
+                snap = _snapshot(cur.fetchall())
+            except Exception:
+                log.exception("reading a task snapshot after its commit failed")
+                fill(None)
+            else:
+                fill(snap)
+
+    def drop_later(self) -> None:
+        """The transaction did not commit: its queued snapshots are void."""
+        self._later = []
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
@@ -353,10 +439,7 @@ class PgChannels(_Repo):
         return int(row[0]) if row else None  # type: ignore[call-overload]
 
     def sizes(self, run_id: str) -> dict[str, int]:
-        rows = self.rows(
-            "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel",
-            (run_id,),
-        )
+        rows = self.rows(_CHANNEL_SIZES, (run_id,))
         return {str(r[0]): int(r[1]) for r in rows}  # type: ignore[call-overload]
 
     def pending(

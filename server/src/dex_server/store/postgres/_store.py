@@ -427,19 +427,26 @@ class PostgresStore:
         # no job reads are queued and travel with the next read, so a Step result costs a
         # few round trips instead of one per statement. If any job fails (a Python error
         # or a database error, which pipeline mode may report under a later job), the
-        # transaction rolls back and the group runs again the careful way.
+        # transaction rolls back and the group runs again the careful way. The task
+        # snapshots the jobs take last travel with the COMMIT and are read after it.
+        state = tx.state
+        assert isinstance(state, PgState)
         results: list[Any] = []
         try:
             with conn.pipeline():
-                conn.execute("BEGIN")
+                cur = conn.cursor()  # one for both: a cursor costs about what a statement does
+                cur.execute("BEGIN")
                 for job, _ in batch:
                     results.append(job(tx))
-                conn.execute("COMMIT")
+                cur.execute("COMMIT")
         except _RETRY_OR_LOST:
+            state.drop_later()
             raise
         except Exception:
+            state.drop_later()
             _rollback(conn)
             return self._careful(conn, tx, batch)
+        state.run_later()
         return [(fut, result, None) for (_, fut), result in zip(batch, results, strict=True)]
 
     def _careful(

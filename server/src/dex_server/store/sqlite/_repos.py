@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 from dex._protocol import FlowSpec
 
+from dex_server.store._contract import Snapshot
 from dex_server.store._records import (
     ExecRecord,
     FlowRecord,
@@ -27,6 +28,8 @@ def _map_of(name: str) -> str | None:
 
 
 _SINGLETONS_SKIP_AFTER = 16
+_EXEC_GET = "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND execution_id=?"
+_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel"
 _SINGLETONS_FROM = (
     "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name>=? ORDER BY name"
 )
@@ -60,20 +63,33 @@ class SqliteFlows:
         return cur.rowcount > 0
 
     def update(self, flow: FlowRecord) -> None:
-        self.c.execute(
-            "UPDATE flows SET status=?, retain_until=?, data=?, closed_at=? WHERE run_id=?",
-            (
-                flow.status,
-                flow.retain_until,
-                record_encoder.encode(flow),
-                flow.closed_at,
-                flow.run_id,
-            ),
+        data = record_encoder.encode(flow)
+        # SQLite rewrites the index entries of every column an UPDATE sets, changed or not:
+        # while a run's indexed columns stay as they are (every Step of a running run),
+        # set its data alone and write one page to the WAL instead of three
+        cur = self.c.execute(
+            "UPDATE flows SET data=? WHERE run_id=? AND status=? AND retain_until IS ?"
+            " AND closed_at IS ?",
+            (data, flow.run_id, flow.status, flow.retain_until, flow.closed_at),
         )
+        if cur.rowcount == 0:
+            self.c.execute(
+                "UPDATE flows SET status=?, retain_until=?, data=?, closed_at=? WHERE run_id=?",
+                (flow.status, flow.retain_until, data, flow.closed_at, flow.run_id),
+            )
 
     def get(self, run_id: str) -> FlowRecord | None:
         row = self.c.execute("SELECT data FROM flows WHERE run_id=?", (run_id,)).fetchone()
         return flow_decoder.decode(row[0]) if row else None
+
+    def get_with_execution(
+        self, run_id: str, execution_id: str
+    ) -> tuple[FlowRecord | None, ExecRecord | None]:
+        flow = self.get(run_id)
+        if flow is None:
+            return None, None
+        row = self.c.execute(_EXEC_GET, (run_id, execution_id)).fetchone()
+        return flow, with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def latest(self, flow_id: str) -> FlowRecord | None:
         # the running run, whatever its id (another server's clock may make it the smaller)
@@ -174,17 +190,13 @@ class SqliteExecutions:
         )
 
     def get(self, run_id: str, execution_id: str) -> ExecRecord | None:
-        row = self.c.execute(
-            "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND"
-            " execution_id=?",
-            (run_id, execution_id),
-        ).fetchone()
+        row = self.c.execute(_EXEC_GET, (run_id, execution_id)).fetchone()
         return with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
 
     def delete(self, run_id: str, execution_id: str) -> None:
-        self.c.execute(
-            "DELETE FROM executions WHERE run_id=? AND execution_id=?", (run_id, execution_id)
-        )
+        key = (run_id, execution_id)
+        self.c.execute("DELETE FROM executions WHERE run_id=? AND execution_id=?", key)
+        self.c.execute("DELETE FROM timers WHERE run_id=? AND execution_id=?", key)
 
     def of_run(self, run_id: str) -> list[ExecRecord]:
         rows = self.c.execute(
@@ -236,6 +248,13 @@ class SqliteState:
             if jump is None:
                 return out
             bound = jump
+
+    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+        sizes = {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
+        return self.singletons(run_id), sizes
+
+    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        fill(self.snapshot(run_id))
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
@@ -359,11 +378,7 @@ class SqliteChannels:
         return int(row[0]) if row else None
 
     def sizes(self, run_id: str) -> dict[str, int]:
-        rows = self.c.execute(
-            "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel",
-            (run_id,),
-        )
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
 
     def pending(
         self, run_id: str, channels: Sequence[str], maps: Sequence[str]
