@@ -340,3 +340,15 @@ async def test_an_in_process_worker_fetches_large_values_over_the_http_api(
                 assert result.status is dex.FlowStatus.COMPLETED, result
                 assert result.single_output(str) == large[::-1]
         assert worker.stats.blob_fetches >= 1  # the input came by reference, over HTTP
+
+
+def test_the_embedded_example_resumes_its_flow_after_the_process_is_killed() -> None:
+    # examples/embedded_flow/run.py kills its own application inside a Step, runs it again
+    # on the same SQLite file and checks the Step counts itself (exit 1 when they differ)
+    example = Path(__file__).resolve().parents[2] / "examples" / "embedded_flow" / "run.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Step runs: Reserve 1, Charge 2, Ship 1" in done.stdout
+    assert "the Flow finished: 'order 1001 shipped'" in done.stdout
