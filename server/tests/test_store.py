@@ -72,6 +72,14 @@ async def test_wal_restarts_under_sustained_writes(
             run_id=f"r{i:04}", flow_id=f"{i:04}" + "x" * 3000, flow_type="T", started_at=0
         )
         await store.run(lambda tx, f=flow: tx.flows.insert(f))  # type: ignore[misc]
+        if i % 50 == 49:
+            # the checkpointer is a thread: on a loaded machine it may run late, so let
+            # each stretch of writes see at least one of its passes (wakes every 4 batches)
+            seen = store.checkpoint_passes
+            deadline = asyncio.get_running_loop().time() + 20
+            while store.checkpoint_passes == seen:
+                assert asyncio.get_running_loop().time() < deadline, "no checkpoint pass in 20 s"
+                await store.run(lambda tx: None)
     wal = (tmp_path / "db-wal").stat().st_size
     await store.close()
     # without restarts the WAL would hold every frame written (over rows * 4 KiB)

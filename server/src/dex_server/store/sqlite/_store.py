@@ -239,6 +239,8 @@ class SqliteStore:
         self._reader_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader: tuple[sqlite3.Connection, Tx] | None = None
         self.batches = 0
+        # background checkpoint passes run (tests wait on it instead of on the clock)
+        self.checkpoint_passes = 0
         self.jobs = 0
         self._folder_lock = _FolderLock(path)
         # the connection's owner for one batch (the writer, or the loop running inline); a
@@ -481,6 +483,7 @@ class SqliteStore:
                     _, log_frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if log_frames >= _WAL_RESTART_FRAMES:
                         self._restart_due = True
+                    self.checkpoint_passes += 1
                 except sqlite3.Error:
                     log.warning("WAL checkpoint failed", exc_info=True)
         finally:
