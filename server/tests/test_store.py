@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from dex_server.app import ServerConfig
 from dex_server.store import FlowRecord, SqliteStore
 from dex_server.store.sqlite import _store, apply_migrations
 
@@ -125,3 +126,23 @@ async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_th
         assert store.jobs == 7
     finally:
         await store.close()
+
+
+async def test_the_page_cache_of_every_connection_is_bounded_as_configured(
+    tmp_path: Path,
+) -> None:
+    # the page cache is what a large SQLite store adds to the server's memory
+    store = SqliteStore(tmp_path / "db", cache_mib=3)
+    store.open()
+    try:
+
+        def cache_size(tx: object) -> int:
+            return int(store._conn.execute("PRAGMA cache_size").fetchone()[0])  # type: ignore[union-attr]
+
+        assert await store.run(cache_size) == -3 * 1024
+    finally:
+        await store.close()
+    default = SqliteStore(tmp_path / "db2")
+    assert default.cache_mib == 16
+    with pytest.raises(ValueError, match="sqlite_cache_mib must be at least 1"):
+        ServerConfig(database_path=tmp_path / "db3", sqlite_cache_mib=0)

@@ -68,6 +68,9 @@ class ServerConfig:
             for is redelivered and one it did is failed with ``WORKER_CONNECTION_LOST``.
             Heartbeat and method timeouts keep running meanwhile. ``0`` turns resuming off
             (default 5 s; redelivery after a Worker crash waits this much longer).
+        sqlite_cache_mib: SQLite's page cache per store connection, in MiB (default 16).
+            It is most of what a large SQLite store adds to the server's memory; the
+            operating system's file cache serves the pages beyond it. Ignored on PostgreSQL.
         fsync: ``True`` commits with ``synchronous=FULL`` (survives power loss);
             ``False`` uses ``NORMAL`` (survives process crashes only). Defaults to
             ``True`` unless env ``DEX_SERVER_FSYNC`` is ``0`` (for benchmarks that
@@ -102,6 +105,7 @@ class ServerConfig:
     database_path: Path | None = None
     database_url: str | None = None
     pool_size: int = 4
+    sqlite_cache_mib: int = 16
     verify_schema_only: bool = False
     server_lease_s: float = 15.0
     host: str = "127.0.0.1"
@@ -147,6 +151,8 @@ class ServerConfig:
             )
         if self.pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, not {self.pool_size}")
+        if self.sqlite_cache_mib < 1:
+            raise ValueError(f"sqlite_cache_mib must be at least 1, not {self.sqlite_cache_mib}")
         for name in ("max_header_bytes", "max_header_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")

@@ -152,6 +152,12 @@ def server(
             help="PostgreSQL connections: one writer, the rest for reads (default 4).",
         ),
     ] = 4,
+    sqlite_cache_mib: Annotated[
+        int,
+        typer.Option(
+            "--sqlite-cache-mib", min=1, help="SQLite page cache per store connection, MiB."
+        ),
+    ] = 16,
     verify_schema_only: Annotated[
         bool,
         typer.Option(
@@ -225,6 +231,7 @@ def server(
             retention=retention,
             address_file=address_file,
             pool_size=pool_size,
+            sqlite_cache_mib=sqlite_cache_mib,
             verify_schema_only=verify_schema_only,
             server_lease_s=server_lease_s,
             http=_serve.HttpArgs(

@@ -64,6 +64,7 @@ class ServerArgs:
     retention: str
     address_file: Path | None
     pool_size: int = 4
+    sqlite_cache_mib: int = 16
     verify_schema_only: bool = False
     server_lease_s: float = 15.0
     http: HttpArgs = HttpArgs()
@@ -105,6 +106,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         database_path=None if is_postgres_url(url) else sqlite_path(url),
         database_url=url if is_postgres_url(url) else None,
         pool_size=args.pool_size,
+        sqlite_cache_mib=args.sqlite_cache_mib,
         verify_schema_only=args.verify_schema_only,
         server_lease_s=args.server_lease_s,
         address_file=args.address_file.resolve() if args.address_file else None,

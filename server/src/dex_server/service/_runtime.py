@@ -79,6 +79,7 @@ class Runtime:
             database_url=config.database_url,
             fsync=config.fsync,
             pool_size=config.pool_size,
+            sqlite_cache_mib=config.sqlite_cache_mib,
             verify_only=config.verify_schema_only,
             server_id=new_uuid7(),
         )

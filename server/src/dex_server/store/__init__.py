@@ -40,6 +40,7 @@ def create_store(
     pool_size: int,
     verify_only: bool,
     server_id: str,
+    sqlite_cache_mib: int = 16,
 ) -> Store:
     """The store a server configuration names: PostgreSQL for a URL, else the SQLite file."""
     if database_url is not None:
@@ -54,7 +55,13 @@ def create_store(
         )
     if database_path is None:
         raise ValueError("a server needs database_path (SQLite) or database_url (PostgreSQL)")
-    return SqliteStore(database_path, fsync=fsync, verify_only=verify_only, server_id=server_id)
+    return SqliteStore(
+        database_path,
+        fsync=fsync,
+        verify_only=verify_only,
+        server_id=server_id,
+        cache_mib=sqlite_cache_mib,
+    )
 
 
 def prepare_database(

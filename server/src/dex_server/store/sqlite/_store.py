@@ -133,13 +133,14 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _connect(path: Path, *, fsync: bool) -> sqlite3.Connection:
+def _connect(path: Path, *, fsync: bool, cache_mib: int = 16) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
     conn.execute("PRAGMA foreign_keys=OFF")
     conn.execute("PRAGMA busy_timeout=10000")
-    conn.execute("PRAGMA cache_size=-65536")
+    # bounded: a large store's pages otherwise pile up in every connection's cache
+    conn.execute(f"PRAGMA cache_size=-{int(cache_mib) * 1024}")
     return conn
 
 
@@ -221,10 +222,12 @@ class SqliteStore:
         fsync: bool = True,
         verify_only: bool = False,
         server_id: str = "local",
+        cache_mib: int = 16,
     ) -> None:
         self.server_id = server_id
         self.path = path
         self.fsync = fsync
+        self.cache_mib = cache_mib
         self.verify_only = verify_only
         self._queue: queue.SimpleQueue[tuple[Callable[[Tx], Any], asyncio.Future[Any]] | None] = (
             queue.SimpleQueue()
@@ -280,7 +283,7 @@ class SqliteStore:
 
         """
         try:
-            conn = _connect(self.path, fsync=self.fsync)
+            conn = _connect(self.path, fsync=self.fsync, cache_mib=self.cache_mib)
         except sqlite3.Error as exc:
             msg = f"cannot open the SQLite store {self.path}: {exc}"
             raise StoreNotWritableError(msg) from None
@@ -308,7 +311,7 @@ class SqliteStore:
     def open(self) -> None:
         """Lock the data folder, open the database, apply migrations, start the writer."""
         self.acquire()
-        self._conn = _connect(self.path, fsync=self.fsync)
+        self._conn = _connect(self.path, fsync=self.fsync, cache_mib=self.cache_mib)
         if self.verify_only:
             verify_schema(_SqliteMigrationDb(self._conn), "sqlite")
         else:
@@ -423,7 +426,7 @@ class SqliteStore:
 
     def _read_job(self, job: Callable[[Tx], T]) -> T:
         if self._reader is None:
-            conn = _connect(self.path, fsync=self.fsync)
+            conn = _connect(self.path, fsync=self.fsync, cache_mib=self.cache_mib)
             self._reader = (conn, _repos(conn, self.server_id))
         conn, tx = self._reader
         conn.execute("BEGIN")
@@ -470,7 +473,7 @@ class SqliteStore:
         self._restart_due = bool(busy) or done < log_frames
 
     def _checkpoint_loop(self) -> None:
-        conn = _connect(self.path, fsync=self.fsync)
+        conn = _connect(self.path, fsync=self.fsync, cache_mib=self.cache_mib)
         try:
             while not self._stopping:
                 self._checkpoint_wake.wait(_CHECKPOINT_IDLE_S)
