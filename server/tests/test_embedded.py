@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -352,3 +353,19 @@ def test_the_embedded_example_resumes_its_flow_after_the_process_is_killed() -> 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Step runs: Reserve 1, Charge 2, Ship 1" in done.stdout
     assert "the Flow finished: 'order 1001 shipped'" in done.stdout
+
+
+def test_the_listening_socket_is_tcp_so_asyncio_turns_nagle_off_on_its_connections(
+    tmp_path: Path,
+) -> None:
+    # an embedded server runs on the application's loop, often asyncio's own: that loop
+    # sets TCP_NODELAY only on sockets whose protocol is IPPROTO_TCP, and without it an
+    # answer written in two sends waits for the client's delayed ACK
+    from dex_server.app import ServerConfig, build_app, uvicorn_server
+
+    config = ServerConfig(database_path=tmp_path / "db.sqlite3", port=0)
+    _, sock = uvicorn_server(config, build_app(config), [])
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
