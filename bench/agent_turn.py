@@ -23,7 +23,10 @@ would then run on the loop that serves the turn, and their CPU would be counted 
 engine's, which would hide how much cheaper the link is; a client in another process is
 also what a UI or a ``dexcli`` of such an application is. The CPU figures are then those
 of that one process: ``server_cpu_ms`` is server and Worker together, ``worker_cpu_ms`` is
-0. A build without ``dex_server.embedded`` cannot run this mode and stops with a message.
+0. The child runs on uvloop when it is installed, the loop the separate server runs on
+(``bench/step_overhead.py --in-process`` does the same); the separate Worker runs on
+asyncio's own loop, so the in-process Worker code gets the faster loop too. A build without
+``dex_server.embedded`` cannot run this mode and stops with a message.
 
 While a measured turn runs the client stays quiet: it neither follows the AgentEvents
 Stream nor polls snapshots (each would be an HTTP request, and an RPC on the Worker,
@@ -489,7 +492,13 @@ def main() -> None:
         return
     if os.environ.get(ROLE_ENV) == "embedded":
         workdir = Path(os.environ[EMBEDDED_DIR_ENV])
-        asyncio.run(run_embedded(workdir / "embedded.sqlite3", workdir / "embedded.ready"))
+        embedded = run_embedded(workdir / "embedded.sqlite3", workdir / "embedded.ready")
+        try:  # the loop the separate server runs on (uvicorn[standard] installs uvloop)
+            import uvloop
+        except ImportError:
+            asyncio.run(embedded)
+        else:
+            uvloop.run(embedded)
         return
     parser = argparse.ArgumentParser(description="Engine overhead of one agent turn.")
     parser.add_argument("--sessions", type=int, default=15, help="fresh sessions (default 15)")
