@@ -25,8 +25,11 @@ also what a UI or a ``dexcli`` of such an application is. The CPU figures are th
 of that one process: ``server_cpu_ms`` is server and Worker together, ``worker_cpu_ms`` is
 0. The child runs on uvloop when it is installed, the loop the separate server runs on
 (``bench/step_overhead.py --in-process`` does the same); the separate Worker runs on
-asyncio's own loop, so the in-process Worker code gets the faster loop too. A build without
-``dex_server.embedded`` cannot run this mode and stops with a message.
+asyncio's own loop, so the in-process Worker code gets the faster loop too. (On asyncio's
+loop the embedded server's HTTP answers of this build wait about 40 ms each for the
+client's delayed ACK, its accepted sockets lacking ``TCP_NODELAY``: that slows the bench's
+own reads ten-fold, not the measured turn.) A build without ``dex_server.embedded`` cannot
+run this mode and stops with a message.
 
 While a measured turn runs the client stays quiet: it neither follows the AgentEvents
 Stream nor polls snapshots (each would be an HTTP request, and an RPC on the Worker,
