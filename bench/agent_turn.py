@@ -1,7 +1,7 @@
 """Engine overhead of one agent turn, at 0 and at 1,000 prior messages.
 
     uv run python bench/agent_turn.py [--sessions 15] [--turns 15] [--prior 1000]
-                                       [--breakdown] [--no-fsync]
+                                       [--breakdown] [--no-fsync] [--in-process]
 
 One turn = one model call that asks for three tools, three parallel tool Steps, and a
 second model call that answers. Model and tools are instant (a scripted model), so the
@@ -12,6 +12,24 @@ Server (``dexcli dev``, SQLite, fsync on) and Worker run as separate processes, 
 production. ``--no-fsync`` runs the server with env ``DEX_SERVER_FSYNC=0`` (SQLite
 ``synchronous=NORMAL``): the engine without the disk's flush latency, which on a shared
 disk is noisy and dominates the figures.
+
+``--in-process`` runs the server as a ``dex_server.embedded.EmbeddedServer`` (SQLite, the
+same fsync setting) with the agent Worker (an ``AsyncWorker``, ``server_address`` =
+``server.worker_address``, so the in-memory ``inproc://`` link instead of a WebSocket) in
+one child process: the application an embedding user would run. The bench's client stays
+in this process and talks HTTP to the child, as in the separate mode. It is not put on the
+child's loop: its requests (the start, the snapshot checks, the history and Stream reads)
+would then run on the loop that serves the turn, and their CPU would be counted as the
+engine's, which would hide how much cheaper the link is; a client in another process is
+also what a UI or a ``dexcli`` of such an application is. The CPU figures are then those
+of that one process: ``server_cpu_ms`` is server and Worker together, ``worker_cpu_ms`` is
+0. The child runs on uvloop when it is installed, the loop the separate server runs on
+(``bench/step_overhead.py --in-process`` does the same); the separate Worker runs on
+asyncio's own loop, so the in-process Worker code gets the faster loop too. (On asyncio's
+loop the embedded server's HTTP answers of this build wait about 40 ms each for the
+client's delayed ACK, its accepted sockets lacking ``TCP_NODELAY``: that slows the bench's
+own reads ten-fold, not the measured turn.) A build without ``dex_server.embedded`` cannot
+run this mode and stops with a message.
 
 While a measured turn runs the client stays quiet: it neither follows the AgentEvents
 Stream nor polls snapshots (each would be an HTTP request, and an RPC on the Worker,
@@ -27,13 +45,15 @@ turn's events from the Stream to check that ``turn_completed`` was written.
   time, so it shows an engine change more reliably.
 
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
-server_cpu_ms=... worker_cpu_ms=...`` (CPU per turn of fresh sessions).
+server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite
+mode=separate|inproc`` (CPU per turn of fresh sessions).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import sys
@@ -41,8 +61,18 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import TracebackType
+from typing import Protocol
 
 import msgspec
+from dex import (
+    AsyncClient,
+    AsyncWorker,
+    ClientOptions,
+    PullWorkerOptions,
+    Registry,
+    WorkerOptions,
+)
 from dex._protocol import HistoryEventWire
 from dex_agents import (
     AgentEvent,
@@ -64,8 +94,10 @@ from dex_agents.testing import (
     run_agent_worker,
     wait_for_agent_snapshot,
 )
+from dex_agents.testing._process import ChildProcess
 
 ROLE_ENV = "AGENT_TURN_BENCH_ROLE"
+EMBEDDED_DIR_ENV = "AGENT_TURN_BENCH_DIR"
 # A quiet turn sleeps this long before it checks that the turn ended (a turn takes well
 # under it even on a busy machine), then polls every QUIET_POLL_S.
 QUIET_WAIT_S = 0.15
@@ -96,10 +128,98 @@ def build_flow() -> AgentSessionFlow:
     )
 
 
+class Stack(Protocol):
+    """What the bench needs of a running server: its HTTP client."""
+
+    @property
+    def client(self) -> AsyncClient: ...
+
+
+async def run_embedded(database: Path, ready_file: Path) -> None:
+    """The ``--in-process`` child: an embedded server and the agent Worker, until SIGTERM."""
+    import signal
+
+    from dex_server.app import ServerConfig
+    from dex_server.embedded import EmbeddedServer
+
+    config = ServerConfig(database_path=database, port=0)  # fsync: env DEX_SERVER_FSYNC
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    async with EmbeddedServer(config=config, name="agent-turn") as server:
+        # the options run_agent_worker gives the separate Worker (32 task slots)
+        options = WorkerOptions(
+            server_address=server.worker_address,
+            pull=PullWorkerOptions(max_concurrent_tasks=32),
+        )
+        worker = AsyncWorker(Registry([build_flow()], allow_async_handlers=True), None, options)
+        serving = asyncio.create_task(worker.start())
+        await worker.wait_pull_registered(30)
+        temporary = ready_file.with_suffix(".tmp")
+        temporary.write_text(server.address)
+        temporary.replace(ready_file)
+        await stopping.wait()
+        await worker.stop()
+        await serving
+
+
+class EmbeddedStack:
+    """The ``--in-process`` child process and an HTTP client of it (see the docstring)."""
+
+    def __init__(self, workdir: Path, flow: AgentSessionFlow) -> None:
+        self.workdir = workdir
+        self.flow = flow
+        self.process: ChildProcess | None = None
+        self._client: AsyncClient | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        assert self._client is not None
+        return self._client
+
+    def sessions(self, flow: AgentSessionFlow) -> AgentSessionClient:
+        return AgentSessionClient(self.client, flow)
+
+    async def __aenter__(self) -> EmbeddedStack:
+        ready = self.workdir / "embedded.ready"
+        env = {**os.environ, ROLE_ENV: "embedded", EMBEDDED_DIR_ENV: str(self.workdir)}
+        self.process = ChildProcess(
+            [sys.executable, str(Path(__file__).resolve())],
+            log_path=self.workdir / "embedded.log",
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if not self.process.is_running() or time.monotonic() > deadline:
+                await self.aclose()
+                raise SystemExit(f"the embedded server did not start:\n{self.process.log_tail()}")
+            await asyncio.sleep(0.02)
+        registry = Registry([self.flow], allow_async_handlers=True)
+        options = ClientOptions(server_address=ready.read_text().strip())
+        self._client = AsyncClient(registry, None, options)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+        if self.process is not None:
+            await self.process.stop(timeout=10.0)
+
+
 class Session:
     """One benchmark session with its live event iterator and history cursor."""
 
-    def __init__(self, stack: AgentTestStack, sessions: AgentSessionClient, session_id: str):
+    def __init__(self, stack: Stack, sessions: AgentSessionClient, session_id: str):
         self.stack = stack
         self.sessions = sessions
         self.session_id = session_id
@@ -223,7 +343,7 @@ def print_timeline_medians(label: str, timelines: list[list[tuple[str, float]]])
         previous = median
 
 
-async def breakdown(stack: AgentTestStack, session: Session) -> None:
+async def breakdown(stack: Stack, session: Session) -> None:
     """Print when each history event of one more turn committed, relative to its start."""
     await session.new_history()
     first = session.last_event_id
@@ -306,13 +426,21 @@ def summary(label: str, results: list[float], cpu_s: list[float], turns: int) ->
 async def bench(args: argparse.Namespace) -> str:
     workdir = Path(tempfile.mkdtemp(prefix="dex-agent-turn-"))
     flow = build_flow()
-    env = {ROLE_ENV: "worker"}
-    async with AgentTestStack(
-        workdir, [flow], "agent_turn", worker_cwd=HERE, worker_env=env
-    ) as stack:
-        await stack.start_worker()
+    stack: AgentTestStack | EmbeddedStack
+    if args.in_process:
+        stack = EmbeddedStack(workdir, flow)
+    else:
+        stack = AgentTestStack(
+            workdir, [flow], "agent_turn", worker_cwd=HERE, worker_env={ROLE_ENV: "worker"}
+        )
+    async with stack:
+        if isinstance(stack, EmbeddedStack):
+            assert stack.process is not None
+            pids = [stack.process.pid, 0]  # one process; no Worker process (0: no CPU)
+        else:
+            await stack.start_worker()
+            pids = child_pids()
         sessions = stack.sessions(flow)
-        pids = child_pids()
 
         # Warm up (imports, connection pools, SQLite pages).
         warm = Session(stack, sessions, "warm-up")
@@ -356,13 +484,24 @@ async def bench(args: argparse.Namespace) -> str:
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
         f"ratio={thousand / zero:.2f} server_cpu_ms={per_turn[0]:.2f} "
         f"worker_cpu_ms={per_turn[1]:.2f} prior_messages={prior} "
-        f"fsync={'off' if args.no_fsync else 'on'} store=sqlite"
+        f"fsync={'off' if args.no_fsync else 'on'} store=sqlite "
+        f"mode={'inproc' if args.in_process else 'separate'}"
     )
 
 
 def main() -> None:
     if os.environ.get(ROLE_ENV) == "worker":
         run_agent_worker([build_flow()])
+        return
+    if os.environ.get(ROLE_ENV) == "embedded":
+        workdir = Path(os.environ[EMBEDDED_DIR_ENV])
+        embedded = run_embedded(workdir / "embedded.sqlite3", workdir / "embedded.ready")
+        try:  # the loop the separate server runs on (uvicorn[standard] installs uvloop)
+            import uvloop
+        except ImportError:
+            asyncio.run(embedded)
+        else:
+            uvloop.run(embedded)
         return
     parser = argparse.ArgumentParser(description="Engine overhead of one agent turn.")
     parser.add_argument("--sessions", type=int, default=15, help="fresh sessions (default 15)")
@@ -374,7 +513,14 @@ def main() -> None:
     parser.add_argument(
         "--no-fsync", action="store_true", help="run the server without fsync (DEX_SERVER_FSYNC=0)"
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="embedded server and agent Worker in one child process (see the docstring)",
+    )
     args = parser.parse_args()
+    if args.in_process and importlib.util.find_spec("dex_server.embedded") is None:
+        raise SystemExit("--in-process needs dex_server.embedded, which this build lacks")
     if args.no_fsync:
         os.environ["DEX_SERVER_FSYNC"] = "0"  # the server child inherits it
     line = asyncio.run(bench(args))
