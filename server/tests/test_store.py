@@ -75,7 +75,7 @@ async def test_wal_restarts_under_sustained_writes(
         await store.run(lambda tx, f=flow: tx.flows.insert(f))  # type: ignore[misc]
         if i % 50 == 49:
             # the checkpointer is a thread: on a loaded machine it may run late, so let
-            # each stretch of writes see at least one of its passes (wakes every 4 batches)
+            # each stretch of writes see at least one of its passes (it wakes every 4 batches)
             seen = store.checkpoint_passes
             deadline = asyncio.get_running_loop().time() + 20
             while store.checkpoint_passes == seen:
@@ -83,8 +83,10 @@ async def test_wal_restarts_under_sustained_writes(
                 await store.run(lambda tx: None)
     wal = (tmp_path / "db-wal").stat().st_size
     await store.close()
-    # without restarts the WAL would hold every frame written (over rows * 4 KiB)
-    assert wal < rows * 4096 // 2
+    # a row writes about six 4 KiB frames (its long key overflows, in the table and in its
+    # index): without restarts the WAL would hold them all, about 15 MB; a restart missed
+    # now and then (the checkpointer copying at that moment) leaves it at 1-2 MB
+    assert wal < rows * 4096 * 2
     conn = sqlite3.connect(tmp_path / "db")
     assert conn.execute("SELECT count(*) FROM flows").fetchone() == (rows,)
 
