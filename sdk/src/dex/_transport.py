@@ -173,11 +173,10 @@ class HttpTransport:
         timeout: float | None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        if address.strip().startswith("inproc://"):
-            # an embedded server of this process: its HTTP API (imported here: the Worker
-            # package imports this module)
-            from dex._worker import _inproc
+        # imported here: the Worker package imports this module
+        from dex._worker import _inproc
 
+        if _inproc.is_inproc(address):  # an embedded server of this process: its HTTP API
             address = _inproc.endpoint(address).http_address
         self.base_url = http_base_url(address)
         self.timeout = timeout

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack
@@ -31,6 +30,7 @@ from dex._worker._inproc import InProcessEndpoint, LinkClosedError, LinkEnd
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from dex_server.api._routes import bearer_token_matches
 from dex_server.api._worker import worker_endpoint
 from dex_server.app import ServerConfig, _Server, build_app, prepared_store, uvicorn_server
 
@@ -273,11 +273,11 @@ class EmbeddedServer:
             end.close(_inproc.CLOSE_NORMAL, "")
 
     def _authorized(self, headers: dict[str, str]) -> bool:
+        # the check of the HTTP API and of /v1/worker
         token = self.config.token
-        if token is None:
+        if not token:
             return True
-        scheme, _, given = headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+        return bearer_token_matches(headers.get("Authorization", "").encode(), token.encode())
 
 
 class _LinkWebSocket(WebSocket):

@@ -189,15 +189,16 @@ class AsyncWorker:
             raise RuntimeError("AsyncWorker is closed")
         if self._started:
             raise RuntimeError("an AsyncWorker can be started only once")
-        http_address = self.options.server_address
-        if _inproc.is_inproc(http_address):
-            # large values come over the embedded server's HTTP API, as they would over TCP
-            http_address = _inproc.endpoint(http_address).http_address
+        # large values come over HTTP, for an in-process link from the embedded server's
+        # address (an unknown inproc:// name raises here, before the Worker counts as started)
+        http = HttpTransport(
+            self.options.server_address, credential=self.options.credential, timeout=60.0
+        )
         self._started = True
         install_default_handler()
         self._events()
         finished = self._finished_event()
-        self._http = HttpTransport(http_address, credential=self.options.credential, timeout=60.0)
+        self._http = http
         self._blobs = BlobResolver(self._http, self.blob_cache, self.stats)
         self._threads = ThreadPoolExecutor(self.max_tasks, thread_name_prefix="dex-handler")
         try:

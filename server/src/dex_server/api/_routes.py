@@ -551,6 +551,12 @@ def _bearer_token(header: bytes) -> bytes | None:
     return rest.lstrip(b" ")
 
 
+def bearer_token_matches(header: bytes, token: bytes) -> bool:
+    """Whether the ``Authorization`` header value ``header`` carries ``token``."""
+    given = _bearer_token(header)
+    return given is not None and hmac.compare_digest(given, token)
+
+
 class BearerAuth:
     """Require ``Authorization: Bearer <token>`` on every route but ``/v1/health``."""
 
@@ -570,9 +576,7 @@ class BearerAuth:
         for k, v in scope.get("headers", []):
             if k == b"authorization":
                 header = v
-        given = _bearer_token(header)
-        ok = given is not None and hmac.compare_digest(given, self.token)
-        if ok:
+        if bearer_token_matches(header, self.token):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

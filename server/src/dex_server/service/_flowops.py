@@ -101,7 +101,8 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
 
 def _unread(r: ReadyTask) -> Callable[[], None]:
     def unread() -> None:
-        r.task = None  # its snapshot could not be read after the commit: the dispatcher will
+        # its snapshot could not be read after the commit: the dispatcher builds it anew
+        r.task = None
 
     return unread
 

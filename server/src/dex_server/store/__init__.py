@@ -40,7 +40,7 @@ def create_store(
     pool_size: int,
     verify_only: bool,
     server_id: str,
-    sqlite_cache_mib: int = 16,
+    sqlite_cache_mib: int,
 ) -> Store:
     """The store a server configuration names: PostgreSQL for a URL, else the SQLite file."""
     if database_url is not None:

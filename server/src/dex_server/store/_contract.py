@@ -77,7 +77,7 @@ class ExecutionsStore(Protocol):
 class StateStore(Protocol):
     def get(self, run_id: str, name: str) -> StoredValue | None: ...
     def singletons(self, run_id: str) -> dict[str, StoredValue]: ...
-    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+    def snapshot(self, run_id: str) -> Snapshot:
         """``singletons(run_id)`` and ``channels.sizes(run_id)`` in one database trip.
 
         What every task snapshot reads; on PostgreSQL the two reads travel together.

@@ -292,7 +292,7 @@ class PgState(_Repo):
         rows = self.rows(_SINGLETONS, (run_id,))
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
 
-    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+    def snapshot(self, run_id: str) -> Snapshot:
         return _snapshot(self.rows(_SNAPSHOT, (run_id, run_id)))
 
     def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:

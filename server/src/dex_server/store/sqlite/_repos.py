@@ -249,7 +249,7 @@ class SqliteState:
                 return out
             bound = jump
 
-    def snapshot(self, run_id: str) -> tuple[dict[str, StoredValue], dict[str, int]]:
+    def snapshot(self, run_id: str) -> Snapshot:
         sizes = {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
         return self.singletons(run_id), sizes
 

@@ -133,7 +133,7 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _connect(path: Path, *, fsync: bool, cache_mib: int = 16) -> sqlite3.Connection:
+def _connect(path: Path, *, fsync: bool, cache_mib: int) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
