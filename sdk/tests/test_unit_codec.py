@@ -99,6 +99,16 @@ def test_non_finite_rejected(bad: float) -> None:
         codec_for(Any).encode([bad])
 
 
+def test_non_finite_found_beside_nulls_and_null_text() -> None:
+    # NaN encodes as null, so the walk that names it runs only when the output holds a null
+    hinted = codec_for(dict[str, Any])
+    assert hinted.encode({"text": "null", "none": None, "x": 1.5}) == (
+        b'{"none":null,"text":"null","x":1.5}'
+    )
+    with pytest.raises(ValueMappingError, match=r"\$\.b\[1\]"):
+        hinted.encode({"a": None, "b": [1.0, float("-inf")]})
+
+
 def test_mismatch_on_encode_names_type() -> None:
     with pytest.raises(ValueMappingError, match="expected int"):
         codec_for(int).encode("x")

@@ -176,12 +176,11 @@ class TypeCodec:
         if self._adapter is not None:
             return self._encode_pydantic(value)
         try:
-            if self._may_hold_float:
-                builtins = msgspec.to_builtins(value, order="sorted")
-                _check_finite(builtins, "$")
-                data = _ENCODER.encode(builtins)
-            else:
-                data = _ENCODER.encode(value)
+            data = _ENCODER.encode(value)
+            # msgspec writes NaN and infinities as null: only output holding a null can
+            # hide one, and only then is the value walked to find and name it.
+            if self._may_hold_float and b"null" in data:
+                _check_finite(msgspec.to_builtins(value, order="sorted"), "$")
             self._decoder.decode(data)  # validates against the declared type
         except ValueMappingError:
             raise

@@ -239,13 +239,27 @@ def rpc_info(obj: object) -> BoundRpc:
     if d is None or not isinstance(flow, Flow):
         raise FlowDefinitionError(f"{obj!r} is not an @rpc method accessed on a Flow instance")
     fn: Callable[..., Any] = obj.__func__  # type: ignore[attr-defined]
-    has_input, input_type, output_type = rpc_signature(type(flow), fn.__name__, fn)
-    name = d.name or fn.__name__
+    key = (type(flow), fn)
+    # Clients call this on every invoke_rpc; resolving the annotations is most of its cost
+    # and depends only on the class and the function.
+    known = _BOUND.get(key)
+    if known is None:
+        has_input, input_type, output_type = rpc_signature(type(flow), fn.__name__, fn)
+        name = d.name or fn.__name__
+        known = (name, input_type if has_input else None, output_type, rpc_spec(name, d, has_input))
+        if len(_BOUND) < _BOUND_MAX:
+            _BOUND[key] = known
+    name, input_type, output_type, spec = known
     return BoundRpc(
         flow=flow,
         name=name,
-        input_type=input_type if has_input else None,
+        input_type=input_type,
         output_type=output_type,
-        spec=rpc_spec(name, d, has_input),
+        spec=spec,
         method=obj,  # type: ignore[arg-type]
     )
+
+
+# (Flow class, function) -> what rpc_info derives from them; bounded for classes made at runtime
+_BOUND: dict[tuple[type, Callable[..., Any]], tuple[str, object, object, RpcSpec]] = {}
+_BOUND_MAX = 4096
