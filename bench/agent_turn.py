@@ -31,7 +31,11 @@ client's delayed ACK, its accepted sockets lacking ``TCP_NODELAY``: that slows t
 own reads ten-fold, not the measured turn.) A build without ``dex_server.embedded`` cannot
 run this mode and stops with a message.
 
-While a measured turn runs the client stays quiet: it neither follows the AgentEvents
+``--follow`` measures the turns of a watched session instead: the client follows the
+AgentEvents Stream during each turn (as a UI or ``dexcli`` does) and the CPU figures run
+from the send to reading ``turn_completed``, so they include serving the follower's reads.
+
+Without it, while a measured turn runs the client stays quiet: it neither follows the AgentEvents
 Stream nor polls snapshots (each would be an HTTP request, and an RPC on the Worker,
 competing with the turn for the same CPUs). It sleeps until the turn must be over, then
 checks the snapshot and reads the commit times from history, and afterwards reads the
@@ -46,7 +50,7 @@ turn's events from the Stream to check that ``turn_completed`` was written.
 
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
 server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite
-mode=separate|inproc`` (CPU per turn of fresh sessions).
+mode=separate|inproc follow=on|off`` (CPU per turn of fresh sessions).
 """
 
 from __future__ import annotations
@@ -240,13 +244,16 @@ class Session:
         )
         self.events = aiter(self.sessions.follow_events(self.session_id))
 
-    async def turn(self, *, quiet: bool = True, pids: list[int] | None = None) -> float:
+    async def turn(
+        self, *, quiet: bool = True, pids: list[int] | None = None, follow: bool = False
+    ) -> float:
         """Run one turn; return its engine ms (see the module docstring).
 
         ``quiet=False`` follows the Stream during the turn instead (faster when the
         figure is not needed, e.g. while building up prior messages). With ``pids``, the
         CPU seconds those processes used during the quiet wait (the turn and nothing
-        else) are added to ``self.cpu_s`` (``self.cpu_turns`` counts them).
+        else) are added to ``self.cpu_s`` (``self.cpu_turns`` counts them). ``follow``
+        follows the Stream and counts the CPU from the send to ``turn_completed``.
         """
         assert self.events is not None
         self.turns += 1
@@ -256,6 +263,14 @@ class Session:
         accepted = await self.sessions.send_user_message(self.session_id, f"go {self.turns}")
         if not accepted:
             raise RuntimeError("send_user_message was refused")
+        if follow:
+            await self.read_events_until_completed(turn_id)
+            if pids:
+                cpu_after = cpu_seconds(pids)
+                for i, (before, after) in enumerate(zip(cpu_before, cpu_after, strict=True)):
+                    self.cpu_s[i] += after - before
+                self.cpu_turns += 1
+            return (await self.last_run_model_commit(wall_started) - wall_started) * 1000
         if quiet:
             await asyncio.sleep(QUIET_WAIT_S)
             cpu_after = cpu_seconds(pids) if pids else []
@@ -451,7 +466,7 @@ async def bench(args: argparse.Namespace) -> str:
         fresh_sessions = [Session(stack, sessions, f"fresh-{n}") for n in range(args.sessions)]
         for session in fresh_sessions:
             await session.start()
-        fresh = [await session.turn(pids=pids) for session in fresh_sessions]
+        fresh = [await session.turn(pids=pids, follow=args.follow) for session in fresh_sessions]
 
         long = Session(stack, sessions, "long")
         await long.start()
@@ -461,7 +476,7 @@ async def bench(args: argparse.Namespace) -> str:
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
         long.cpu_s, long.cpu_turns, long.timelines = [0.0, 0.0], 0, []
-        loaded = [await long.turn(pids=pids) for _ in range(args.turns)]
+        loaded = [await long.turn(pids=pids, follow=args.follow) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
 
@@ -485,7 +500,8 @@ async def bench(args: argparse.Namespace) -> str:
         f"ratio={thousand / zero:.2f} server_cpu_ms={per_turn[0]:.2f} "
         f"worker_cpu_ms={per_turn[1]:.2f} prior_messages={prior} "
         f"fsync={'off' if args.no_fsync else 'on'} store=sqlite "
-        f"mode={'inproc' if args.in_process else 'separate'}"
+        f"mode={'inproc' if args.in_process else 'separate'} "
+        f"follow={'on' if args.follow else 'off'}"
     )
 
 
@@ -517,6 +533,11 @@ def main() -> None:
         "--in-process",
         action="store_true",
         help="embedded server and agent Worker in one child process (see the docstring)",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow the AgentEvents Stream during measured turns, as a UI does",
     )
     args = parser.parse_args()
     if args.in_process and importlib.util.find_spec("dex_server.embedded") is None:

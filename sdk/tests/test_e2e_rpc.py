@@ -227,6 +227,41 @@ async def test_client_stream_read_long_polls_for_the_next_message(stack: Stack) 
     assert (message.value, message.source) == ("late", "writer")
 
 
+async def test_client_reads_the_stream_messages_after_a_token_in_one_request(stack: Stack) -> None:
+    flow_id = unique_id("stream-batch")
+    stream = rpc_flows.TEXT
+    words = [f"w{i}" for i in range(130)]
+    for word in words:
+        await stack.client.write_stream(flow_id, stream, "writer", word)
+
+    first = await stack.client.read_stream_messages(flow_id, stream, max_messages=3, timeout=5)
+    assert [m.value for m in first] == ["w0", "w1", "w2"]
+    # the server returns at most 100 at a time, oldest first, each with its own token
+    rest = await stack.client.read_stream_messages(
+        flow_id, stream, first[-1].resume_token, max_messages=1000, timeout=5
+    )
+    assert [m.value for m in rest] == words[3:103]
+    assert len({m.resume_token for m in rest}) == 100
+    last = await stack.client.read_stream_messages(
+        flow_id, stream, rest[-1].resume_token, timeout=5
+    )
+    assert [m.value for m in last] == words[103:]
+    single = await stack.client.read_stream(flow_id, stream, first[0].resume_token, timeout=5)
+    assert single.value == "w1"
+
+    # nothing after the last one: a long poll that times out, then one a write ends
+    with pytest.raises(LongPollTimeoutError):
+        await stack.client.read_stream_messages(flow_id, stream, last[-1].resume_token, timeout=0.2)
+    reader = asyncio.create_task(
+        stack.client.read_stream_messages(flow_id, stream, last[-1].resume_token, timeout=10)
+    )
+    await stack.client.write_stream(flow_id, stream, "writer", "late")
+    assert [m.value for m in await reader] == ["late"]
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_messages"):
+            await stack.client.read_stream_messages(flow_id, stream, max_messages=bad)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- fan-in
 
 

@@ -218,6 +218,32 @@ async def test_flow_id_over_the_limit_is_rejected_and_stores_nothing(tmp_path: P
         assert len((await http.get(f"/v1/streams/Talker/out/{longest}")).json()["messages"]) == 1
 
 
+async def test_stream_next_returns_a_batch_only_when_asked(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        assert (
+            await http.post("/v1/flows", content=start_body("batch", TALKER))
+        ).status_code == 200
+        for word in ("a", "b", "c"):
+            write = encoder.encode(StreamWriteRequest(value=raw(word), source="test"))
+            assert (await http.post("/v1/streams/Talker/out/batch", content=write)).is_success
+        base = "/v1/streams/Talker/out/batch/next?timeout_s=0"
+        one = (await http.get(base)).json()
+        assert "messages" not in one and one["message"]["resume_token"] == "1"
+        two = (await http.get(base + "&max_messages=2")).json()
+        assert [m["resume_token"] for m in two["messages"]] == ["1", "2"]
+        assert two["message"] == two["messages"][0]
+        rest = (await http.get(base + "&max_messages=5000&resume_token=1")).json()
+        assert [m["resume_token"] for m in rest["messages"]] == ["2", "3"]
+        assert (await http.get(base + "&max_messages=5&resume_token=3")).json() == {}
+        for bad in ("0", "-2", "1.5", "x"):
+            r = await http.get(base + f"&max_messages={bad}")
+            assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"
+            assert "max_messages" in r.json()["message"]
+
+
 async def test_auth(tmp_path: Path) -> None:
     async with (
         running_server(tmp_path, token="s3cret") as srv,

@@ -759,6 +759,8 @@ class StreamMessageWire(Struct, kw_only=True):
 
 class StreamReadResponse(Struct, kw_only=True, omit_defaults=True):
     message: StreamMessageWire | None = None  # None: long poll timed out
+    # with max_messages: the messages after the token, oldest first (message is the first)
+    messages: list[StreamMessageWire] = []
 
 
 class StreamListResponse(Struct, kw_only=True, omit_defaults=True):

@@ -478,6 +478,40 @@ class AsyncClient:
             ValueError: ``timeout`` is negative or not finite.
 
         """
+        return (await self._read_stream(flow_id, stream, resume_token, timeout, None))[0]
+
+    async def read_stream_messages(
+        self,
+        flow_id: str,
+        stream: Any,
+        resume_token: str = "",
+        max_messages: int = 100,
+        timeout: timedelta | float | None = None,
+    ) -> list[StreamMessage[Any]]:
+        """Return the retained messages after ``resume_token``, oldest first (beyond Dex).
+
+        Like ``read_stream``, but one request returns every message already there, up to
+        ``max_messages`` (the server returns at most 100): a reader that follows a busy
+        Stream sends one request per batch instead of one per message. Long-polls until at
+        least one message arrives; resume from the last message's ``resume_token``.
+
+        Raises:
+            LongPollTimeoutError: no message within ``timeout``.
+            ValueError: ``max_messages`` below 1, or ``timeout`` negative or not finite.
+
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be a positive integer, got {max_messages!r}")
+        return await self._read_stream(flow_id, stream, resume_token, timeout, max_messages)
+
+    async def _read_stream(
+        self,
+        flow_id: str,
+        stream: Any,
+        resume_token: str,
+        timeout: timedelta | float | None,
+        max_messages: int | None,
+    ) -> list[StreamMessage[Any]]:
         target = _defs.stream_target(self.registry, stream)
         deadline = _deadline(timeout)
         while True:
@@ -487,6 +521,8 @@ class AsyncClient:
             params = {"timeout_s": _fmt(wait_s)}
             if resume_token:
                 params["resume_token"] = resume_token
+            if max_messages is not None:
+                params["max_messages"] = str(max_messages)
             try:
                 wire = await self._http.call(
                     "GET",
@@ -501,8 +537,9 @@ class AsyncClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
                 continue
-            if wire.message is not None:
-                return StreamMessage.from_wire(wire.message, target.decode(wire.message.value))
+            found = wire.messages or ([wire.message] if wire.message is not None else [])
+            if found:
+                return [StreamMessage.from_wire(m, target.decode(m.value)) for m in found]
             if deadline is not None and time.monotonic() >= deadline:
                 raise _long_poll_timeout(flow_id, timeout)
 

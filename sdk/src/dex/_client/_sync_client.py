@@ -216,6 +216,19 @@ class Client:
         """Read the next Stream message; see ``AsyncClient.read_stream``."""
         return self._call(self._async.read_stream(flow_id, stream, resume_token, timeout))
 
+    def read_stream_messages(
+        self,
+        flow_id: str,
+        stream: Any,
+        resume_token: str = "",
+        max_messages: int = 100,
+        timeout: timedelta | float | None = None,
+    ) -> list[StreamMessage[Any]]:
+        """Read the messages after a token at once; see ``AsyncClient.read_stream_messages``."""
+        return self._call(
+            self._async.read_stream_messages(flow_id, stream, resume_token, max_messages, timeout)
+        )
+
     def list_stream_messages(
         self, flow_id: str, stream: Any, page_size: int = 100, before_page_token: str = ""
     ) -> StreamMessagesPage[Any]:

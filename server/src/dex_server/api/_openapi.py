@@ -140,6 +140,10 @@ _QUERY: dict[tuple[str, str], dict[str, tuple[dict[str, Any], str]]] = {
     ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/next"): {
         "resume_token": (_TOKEN, "resume_token of the last message read (default: oldest)"),
         "timeout_s": (_TIMEOUT, "how long to wait for a message, in seconds (0 to 60)"),
+        "max_messages": (
+            _page_size(1),
+            "also return up to this many messages in `messages` (above 100: 100)",
+        ),
     },
     ("get", "/v1/streams/{flow_type}/{stream}/{flow_id}/events"): {
         "after": (_TOKEN, _AFTER),

@@ -158,6 +158,10 @@ def _segment(request: Request, name: str) -> str:
     )
 
 
+# the most messages one Stream long poll returns (``max_messages`` above it is capped)
+MAX_STREAM_READ_MESSAGES = 100
+
+
 def _int(request: Request, name: str, default: int, maximum: int = 1000) -> int:
     v = _float(request, name, default)
     if v < 1 or v != int(v):
@@ -449,8 +453,12 @@ def _stream_routes(runtime: Runtime) -> list[BaseRoute]:
         cap = runtime.stream_capacity(ft, st)
         token = _digits(request, "resume_token")
         timeout = min(max(_float(request, "timeout_s", 60.0), 0.0), 60.0)
-        msg = await runtime.streams.read_next((ft, st, fid), cap, token, timeout)
-        return _json(StreamReadResponse(message=msg))
+        if "max_messages" not in request.query_params:
+            msg = await runtime.streams.read_next((ft, st, fid), cap, token, timeout)
+            return _json(StreamReadResponse(message=msg))
+        limit = _int(request, "max_messages", 1, MAX_STREAM_READ_MESSAGES)
+        msgs = await runtime.streams.read_batch((ft, st, fid), cap, token, timeout, limit)
+        return _json(StreamReadResponse(message=msgs[0] if msgs else None, messages=msgs))
 
     async def stream_list(request: Request) -> Response:
         ft, st, fid = _stream_key(request)

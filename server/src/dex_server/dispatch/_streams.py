@@ -99,23 +99,36 @@ class StreamHub:
     async def read_next(
         self, key: tuple[str, str, str], capacity: int, resume_token: str, timeout_s: float
     ) -> StreamMessageWire | None:
+        found = await self.read_batch(key, capacity, resume_token, timeout_s, 1)
+        return found[0] if found else None
+
+    async def read_batch(
+        self,
+        key: tuple[str, str, str],
+        capacity: int,
+        resume_token: str,
+        timeout_s: float,
+        limit: int,
+    ) -> list[StreamMessageWire]:
+        """Up to ``limit`` retained messages after the token, oldest first; [] on timeout."""
         token = int(resume_token) if resume_token else 0
         deadline = time.monotonic() + timeout_s
         while True:
             s = self._streams.get(key)
             m = self._after(s, token) if s is not None else None
-            if m is not None:
-                return _wire(m)
+            if s is not None and m is not None:
+                start = m.seq - s.msgs[0].seq
+                return [_wire(s.msgs[i]) for i in range(start, min(start + limit, len(s.msgs)))]
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
+                return []
             s = self._get(key, capacity)
             fut = asyncio.get_running_loop().create_future()
             s.waiters.append(fut)
             try:
                 await asyncio.wait_for(fut, left)
             except TimeoutError:
-                return None
+                return []
             finally:
                 with contextlib.suppress(ValueError):
                     s.waiters.remove(fut)

@@ -71,19 +71,35 @@ class StoreStreams:
     async def read_next(
         self, key: StreamKey, capacity: int, resume_token: str, timeout_s: float
     ) -> StreamMessageWire | None:
+        found = await self.read_batch(key, capacity, resume_token, timeout_s, 1)
+        return found[0] if found else None
+
+    async def read_batch(
+        self, key: StreamKey, capacity: int, resume_token: str, timeout_s: float, limit: int
+    ) -> list[StreamMessageWire]:
+        """Up to ``limit`` retained messages after the token, oldest first; [] on timeout."""
         token = int(resume_token) if resume_token else 0
         deadline = time.monotonic() + timeout_s
         name = _name(key)
+
+        def after(tx: Tx) -> list[StreamRow]:
+            rows: list[StreamRow] = []
+            seq = token
+            while len(rows) < limit and (row := tx.streams.after(key, seq)) is not None:
+                rows.append(row)
+                seq = row[0]
+            return rows
+
         while True:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(name, []).append(fut)
             try:
-                row = await self.store.read(lambda tx: tx.streams.after(key, token))
-                if row is not None:
-                    return _wire(row)
+                rows = await self.store.read(after)
+                if rows:
+                    return [_wire(r) for r in rows]
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return None
+                    return []
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(fut, min(left, _POLL_S))
             finally:

@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 LOCK_CONFLICT_RETRY_S = 5.0
 _LOCK_RETRY_DELAY_S = 0.05
+_FOLLOW_BATCH = 100  # events per Stream read while following a session
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,9 +228,15 @@ class AgentSessionClient:
         """
         token = resume_token
         while True:
-            message = await self.client.read_stream(session_id, self.flow.agent_events, token)
-            token = message.resume_token
-            yield AgentEventMessage(event=message.value, resume_token=token, source=message.source)
+            # one request per batch of events already written, not one per event
+            batch = await self.client.read_stream_messages(
+                session_id, self.flow.agent_events, token, _FOLLOW_BATCH
+            )
+            for message in batch:
+                token = message.resume_token
+                yield AgentEventMessage(
+                    event=message.value, resume_token=token, source=message.source
+                )
 
     async def follow_events(
         self, session_id: str, resume_token: str = ""
