@@ -424,7 +424,7 @@ def test_the_upgrade_keeps_one_running_run_per_flow_id(tmp_path: Path, dialect: 
             "INSERT INTO specs (flow_type, spec, updated_at) VALUES (?,?,?)",
             ("T", record_encoder.encode(FlowSpec(flow_type="T")), 1.0),
         )
-        assert migrate() == [4, 5, 6, 7, 8, 9]
+        assert migrate() == [4, 5, 6, 7, 8, 9, 10]
         rows = execute("SELECT run_id, status, data FROM flows ORDER BY run_id", ())
         records = {str(r[0]): (str(r[1]), flow_decoder.decode(bytes(r[2]))) for r in rows}
         assert {k: v[0] for k, v in records.items()} == {

@@ -13,7 +13,7 @@ from dex_server.store.sqlite import _store, apply_migrations
 
 def test_migrations_are_idempotent(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert apply_migrations(conn) == []
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [
         (1,),
@@ -25,6 +25,7 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
         (7,),
         (8,),
         (9,),
+        (10,),
     ]
 
 

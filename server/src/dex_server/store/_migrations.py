@@ -109,6 +109,22 @@ def verify_schema(db: MigrationDb, dialect: str) -> None:
 
 
 def statements(sql: str) -> list[str]:
-    """Split a migration script into statements (no ``;`` inside literals or bodies)."""
+    """Split a migration script into statements at each ``;`` outside ``$$`` bodies.
+
+    No ``;`` may appear inside literals; an SQLite trigger's ``BEGIN ... END`` comes out in
+    pieces, which its dialect joins again (see ``sqlite3.complete_statement``).
+    """
     lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece
+        if pending.count("$$") % 2:  # inside a dollar-quoted function body
+            pending += ";"
+            continue
+        if pending.strip():
+            out.append(pending.strip())
+        pending = ""
+    if pending.strip():
+        raise RuntimeError("a migration ends inside a $$ body")
+    return out

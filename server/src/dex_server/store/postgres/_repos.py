@@ -36,14 +36,14 @@ _EXEC_GET = (
 _SINGLETONS = (
     "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=%s AND map_name IS NULL"
 )
-_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=%s GROUP BY channel"
+# kept by a trigger on channel_messages (migration 0010): one row per non-empty Channel
+_CHANNEL_SIZES = "SELECT channel, size FROM channel_sizes WHERE run_id=%s"
 # a task snapshot's singletons and Channel sizes in one statement (each statement costs the
 # client about as much as the reading itself); the first column marks a Channel's row
 _SNAPSHOT = (
     "SELECT false, name, value, blob_hash, size FROM attributes"
     " WHERE run_id=%s AND map_name IS NULL"
-    " UNION ALL SELECT true, channel, NULL, NULL, count(*) FROM channel_messages"
-    " WHERE run_id=%s GROUP BY channel"
+    " UNION ALL SELECT true, channel, NULL, NULL, size FROM channel_sizes WHERE run_id=%s"
 )
 
 

@@ -29,7 +29,8 @@ def _map_of(name: str) -> str | None:
 
 _SINGLETONS_SKIP_AFTER = 16
 _EXEC_GET = "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND execution_id=?"
-_CHANNEL_SIZES = "SELECT channel, count(*) FROM channel_messages WHERE run_id=? GROUP BY channel"
+# kept by triggers on channel_messages (migration 0010): one row per non-empty Channel
+_CHANNEL_SIZES = "SELECT channel, size FROM channel_sizes WHERE run_id=?"
 _SINGLETONS_FROM = (
     "SELECT name, value, blob_hash, size FROM attributes WHERE run_id=? AND name>=? ORDER BY name"
 )

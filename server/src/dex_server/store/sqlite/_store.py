@@ -161,8 +161,15 @@ class _SqliteMigrationDb:
         return {r[0] for r in self.c.execute("SELECT version FROM schema_version")}
 
     def execute_script(self, sql: str) -> None:
-        for statement in statements(sql):
-            self.c.execute(statement)
+        pending = ""
+        for piece in statements(sql):
+            pending += piece + ";"
+            # a trigger's body holds several statements: run it once it is whole
+            if sqlite3.complete_statement(pending):
+                self.c.execute(pending)
+                pending = ""
+        if pending:
+            raise RuntimeError("a migration ends inside a trigger body")
 
     def record(self, version: int, name: str, applied_at: float) -> None:
         self.c.execute(
