@@ -231,13 +231,15 @@ async def test_stream_next_returns_a_batch_only_when_asked(tmp_path: Path) -> No
             assert (await http.post("/v1/streams/Talker/out/batch", content=write)).is_success
         base = "/v1/streams/Talker/out/batch/next?timeout_s=0"
         one = (await http.get(base)).json()
-        assert "messages" not in one and one["message"]["resume_token"] == "1"
+        assert "messages" not in one and one["message"]["value"] == "a"
+        first = one["message"]["resume_token"]
         two = (await http.get(base + "&max_messages=2")).json()
-        assert [m["resume_token"] for m in two["messages"]] == ["1", "2"]
-        assert two["message"] == two["messages"][0]
-        rest = (await http.get(base + "&max_messages=5000&resume_token=1")).json()
-        assert [m["resume_token"] for m in rest["messages"]] == ["2", "3"]
-        assert (await http.get(base + "&max_messages=5&resume_token=3")).json() == {}
+        assert [m["value"] for m in two["messages"]] == ["a", "b"]
+        assert two["message"] == two["messages"][0] == one["message"]
+        rest = (await http.get(base + f"&max_messages=5000&resume_token={first}")).json()
+        assert [m["value"] for m in rest["messages"]] == ["b", "c"]
+        last = rest["messages"][-1]["resume_token"]
+        assert (await http.get(base + f"&max_messages=5&resume_token={last}")).json() == {}
         for bad in ("0", "-2", "1.5", "x"):
             r = await http.get(base + f"&max_messages={bad}")
             assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST"

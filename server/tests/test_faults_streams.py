@@ -482,7 +482,9 @@ async def test_stream_reads_that_time_out_or_are_cancelled_leave_no_waiters(
         for _ in range(5):
             await asyncio.gather(*(read(f"f-{i}") for i in range(20)))
         assert (await http.post(f"{base}/f-1", content=stream_body("x"))).status_code == 200
-        r = await http.get(f"{base}/f-1/next", params={"resume_token": "1", "timeout_s": 0.05})
+        r = await http.get(f"{base}/f-1/next", params={"timeout_s": 0.05})
+        token = r.json()["message"]["resume_token"]
+        r = await http.get(f"{base}/f-1/next", params={"resume_token": token, "timeout_s": 0.05})
         assert r.json().get("message") is None
         assert rt.streams.stats()["waiters"] == 0
         # a long poll that is cancelled (its request ended) leaves nothing either

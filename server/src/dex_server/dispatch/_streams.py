@@ -3,7 +3,10 @@
 Streams do not survive a server restart: they are a live channel for progress (tokens,
 events), not durable state. Each stream is trimmed, oldest first, to its declared
 ``stream_capacity_bytes``, and freed when retention deletes its Flow. Resume tokens are
-increasing sequence numbers (as strings).
+increasing sequence numbers (as strings). A Stream numbers its messages on from the wall
+clock in microseconds at its creation, so a token a reader got before a restart is below
+every new one: resuming with it returns what was written since, not nothing until the new
+numbers catch up with it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import builtins
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -27,12 +31,17 @@ class _Msg:
     source: str
 
 
+def clock_base() -> int:
+    """The sequence number a new Stream starts from: the wall clock in microseconds."""
+    return time.time_ns() // 1000
+
+
 class _Stream:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, base: int) -> None:
         self.capacity = capacity
         self.msgs: deque[_Msg] = deque()
         self.bytes = 0
-        self.seq = 0
+        self.seq = base
         self.waiters: list[asyncio.Future[None]] = []
 
 
@@ -49,7 +58,8 @@ class StreamHub:
     deletes its Flow (:meth:`drop_flow`); a long poll leaves nothing behind when it ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token_base: Callable[[], int] = clock_base) -> None:
+        self._token_base = token_base
         self._streams: dict[tuple[str, str, str], _Stream] = {}
         # (flow_type, flow_id) -> its Streams' names, so retention frees them without a scan
         self._by_flow: dict[tuple[str, str], set[str]] = {}
@@ -57,7 +67,7 @@ class StreamHub:
     def _get(self, key: tuple[str, str, str], capacity: int) -> _Stream:
         s = self._streams.get(key)
         if s is None:
-            s = self._streams[key] = _Stream(capacity)
+            s = self._streams[key] = _Stream(capacity, self._token_base())
             self._by_flow.setdefault((key[0], key[2]), set()).add(key[1])
         s.capacity = capacity
         return s
@@ -115,7 +125,9 @@ class StreamHub:
         deadline = time.monotonic() + timeout_s
         while True:
             s = self._streams.get(key)
-            m = self._after(s, token) if s is not None else None
+            # a token above every number this Stream gave out comes from before a restart
+            # (with the clock set back since): the reader gets everything retained
+            m = self._after(s, 0 if token > s.seq else token) if s is not None else None
             if s is not None and m is not None:
                 start = m.seq - s.msgs[0].seq
                 return [_wire(s.msgs[i]) for i in range(start, min(start + limit, len(s.msgs)))]

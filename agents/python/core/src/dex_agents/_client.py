@@ -8,7 +8,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dex import AsyncClient, RpcLockConflictError, StopFlowOptions, StopType
+from dex import (
+    AsyncClient,
+    DexServiceError,
+    RpcLockConflictError,
+    StopFlowOptions,
+    StopType,
+)
 
 from dex_agents._approvals import check_reconcile_request, check_resolve_request
 from dex_agents._flow import AgentSessionFlow
@@ -29,6 +35,8 @@ T = TypeVar("T")
 LOCK_CONFLICT_RETRY_S = 5.0
 _LOCK_RETRY_DELAY_S = 0.05
 _FOLLOW_BATCH = 100  # events per Stream read while following a session
+_FOLLOW_RETRY_FIRST_S = 0.1
+_FOLLOW_RETRY_MAX_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,15 +231,28 @@ class AgentSessionClient:
     ) -> AsyncIterator[AgentEventMessage]:
         """Yield ``AgentEvents`` messages after ``resume_token`` (oldest retained when "").
 
-        Never ends by itself; stop iterating (or cancel the task) when done. The Stream is
-        best effort: rebuild a UI from ``get_agent_snapshot`` after a gap.
+        Never ends by itself; stop iterating (or cancel the task) when done. It rides out
+        a server that restarts or cannot be reached for a while (a deploy): retryable
+        errors (``DexServiceError.retryable``) are retried with a backoff of 0.1 s up to
+        2 s, resuming after the last event yielded; other errors are raised. The Stream is
+        best effort: rebuild a UI from ``get_agent_snapshot`` after a gap (on SQLite the
+        events written before a server restart are gone).
         """
         token = resume_token
+        delay = _FOLLOW_RETRY_FIRST_S
         while True:
-            # one request per batch of events already written, not one per event
-            batch = await self.client.read_stream_messages(
-                session_id, self.flow.agent_events, token, _FOLLOW_BATCH
-            )
+            try:
+                # one request per batch of events already written, not one per event
+                batch = await self.client.read_stream_messages(
+                    session_id, self.flow.agent_events, token, _FOLLOW_BATCH
+                )
+            except DexServiceError as exc:
+                if not exc.retryable:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _FOLLOW_RETRY_MAX_S)
+                continue
+            delay = _FOLLOW_RETRY_FIRST_S
             for message in batch:
                 token = message.resume_token
                 yield AgentEventMessage(

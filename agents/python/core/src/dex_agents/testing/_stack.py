@@ -154,12 +154,31 @@ class AgentTestStack:
             url, self._database_url = self._database_url, None
             await asyncio.to_thread(drop_test_database, url)
 
-    async def _start_server(self) -> None:
+    async def restart_server(self) -> None:
+        """Stop the server as a deploy does (SIGTERM, graceful) and start it again.
+
+        The new server process listens on the same address and opens the same store, so
+        the Client and the Workers (which reconnect on their own) carry on. On SQLite the
+        Streams, kept in the server's memory, start empty.
+
+        Raises:
+            RuntimeError: the stack is not started, or the new server does not start.
+
+        """
+        if self._server is None or self._address is None:
+            raise RuntimeError("the AgentTestStack is not started (use 'async with')")
+        server, self._server = self._server, None
+        await server.stop(timeout=10.0)
+        await self._start_server(port=self._address.rpartition(":")[2])
+
+    async def _start_server(self, port: str = "0") -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         address_file = self.tmp_path / "dex-server.address"
         address_file.unlink(missing_ok=True)
         database: list[str] = []
-        if os.environ.get("DEX_TEST_DATABASE", "").lower() in ("postgres", "postgresql", "pg"):
+        if self._database_url is not None:  # a restart: the same database
+            database = ["--database-url", self._database_url]
+        elif os.environ.get("DEX_TEST_DATABASE", "").lower() in ("postgres", "postgresql", "pg"):
             # the suites also run on PostgreSQL: a fresh database per stack, dropped at exit
             from dex_server.testing import create_test_database
 
@@ -172,7 +191,7 @@ class AgentTestStack:
                 "--engine",
                 "zd",
                 "--port",
-                "0",
+                port,
                 "--address-file",
                 str(address_file),
                 "--data-dir",
