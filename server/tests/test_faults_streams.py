@@ -250,7 +250,7 @@ async def test_two_servers_appending_to_one_stream_commit_in_sequence_order(
 
 
 def _after(key: tuple[str, str, str], token: int) -> Callable[[Tx], StreamRow | None]:
-    return lambda tx: tx.streams.after(key, token)
+    return lambda tx: next(iter(tx.streams.after(key, token, 1)), None)
 
 
 # ---------------------------------------------------------------- real servers

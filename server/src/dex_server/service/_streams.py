@@ -82,19 +82,11 @@ class StoreStreams:
         deadline = time.monotonic() + timeout_s
         name = _name(key)
 
-        def after(tx: Tx) -> list[StreamRow]:
-            rows: list[StreamRow] = []
-            seq = token
-            while len(rows) < limit and (row := tx.streams.after(key, seq)) is not None:
-                rows.append(row)
-                seq = row[0]
-            return rows
-
         while True:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(name, []).append(fut)
             try:
-                rows = await self.store.read(after)
+                rows = await self.store.read(lambda tx: tx.streams.after(key, token, limit))
                 if rows:
                     return [_wire(r) for r in rows]
                 left = deadline - time.monotonic()

@@ -238,13 +238,15 @@ class PgStreams(_Repo):
         assert row is not None and isinstance(row[0], int)
         return row[0]
 
-    def after(self, key: tuple[str, str, str], seq: int) -> tuple[int, float, str, bytes] | None:
-        row = self.row(
+    def after(
+        self, key: tuple[str, str, str], seq: int, limit: int
+    ) -> list[tuple[int, float, str, bytes]]:
+        rows = self.rows(
             "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=%s AND"
-            " stream=%s AND flow_id=%s AND seq>%s ORDER BY seq LIMIT 1",
-            (*key, seq),
+            " stream=%s AND flow_id=%s AND seq>%s ORDER BY seq LIMIT %s",
+            (*key, seq, limit),
         )
-        return _stream_row(row) if row else None
+        return [_stream_row(r) for r in rows]
 
     def before(
         self, key: tuple[str, str, str], seq: int | None, limit: int

@@ -242,13 +242,15 @@ class SqliteStreams:
         )
         return int(row[0])
 
-    def after(self, key: tuple[str, str, str], seq: int) -> tuple[int, float, str, bytes] | None:
-        row = self.c.execute(
+    def after(
+        self, key: tuple[str, str, str], seq: int, limit: int
+    ) -> list[tuple[int, float, str, bytes]]:
+        rows = self.c.execute(
             "SELECT seq, created_at, source, value FROM stream_messages WHERE flow_type=? AND"
-            " stream=? AND flow_id=? AND seq>? ORDER BY seq LIMIT 1",
-            (*key, seq),
-        ).fetchone()
-        return (row[0], row[1], row[2], bytes(row[3])) if row else None
+            " stream=? AND flow_id=? AND seq>? ORDER BY seq LIMIT ?",
+            (*key, seq, limit),
+        )
+        return [(r[0], r[1], r[2], bytes(r[3])) for r in rows]
 
     def before(
         self, key: tuple[str, str, str], seq: int | None, limit: int
