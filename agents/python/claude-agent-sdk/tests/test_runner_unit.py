@@ -131,6 +131,56 @@ def test_the_deferral_record_ends_a_deferred_steps_entries() -> None:
     assert deferral_last([refusal, deferral], "t1") == [refusal, deferral]
 
 
+def _chain(entries: list[Any]) -> list[str]:
+    """The uuids from the last entry back along parentUuid, as the CLI resumes."""
+    by_uuid = {e["uuid"]: e for e in entries}
+    out, at = [], entries[-1]
+    while at is not None:
+        out.append(at["uuid"])
+        at = by_uuid.get(at.get("parentUuid"))
+    return out
+
+
+def test_a_deferral_recorded_inside_its_response_moves_to_the_response_end() -> None:
+    def entry(kind: str, uuid: str, parent: str) -> Any:
+        return {"type": kind, "uuid": uuid, "parentUuid": parent}
+
+    deferral: Any = {
+        **entry("attachment", "d0", "u0"),
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": "t0"},
+    }
+    # as the CLI wrote them when its hook ran before the response's second call was out
+    written = [
+        entry("user", "q", "prev"),
+        entry("assistant", "u0", "q"),
+        deferral,
+        entry("assistant", "u1", "d0"),
+        entry("user", "r1", "u1"),
+    ]
+    moved: list[Any] = deferral_last(written, "t0")
+    # the shape of the CLI's usual order: every call's entry on the chain, each result
+    # under its call, the record after the response's last call and last in the list
+    assert [e["uuid"] for e in moved] == ["q", "u0", "u1", "r1", "d0"]
+    assert {e["uuid"]: e["parentUuid"] for e in moved} == {
+        "q": "prev",
+        "u0": "q",
+        "u1": "u0",
+        "r1": "u1",
+        "d0": "u1",
+    }
+    assert _chain(moved) == ["d0", "u1", "u0", "q"]
+    assert written[3]["parentUuid"] == "d0" and deferral["parentUuid"] == "u0"  # copies
+    # the order the CLI usually writes comes out the same
+    usual = [
+        entry("user", "q", "prev"),
+        entry("assistant", "u0", "q"),
+        entry("assistant", "u1", "u0"),
+        {**deferral, "parentUuid": "u1"},
+        entry("user", "r1", "u1"),
+    ]
+    assert deferral_last(usual, "t0") == moved
+
+
 def test_a_retried_first_step_starts_under_a_session_id_of_its_own() -> None:
     assert cli_session_id("s1", 1) == cli_session_id("s1")
     assert cli_session_id("s1", 2) not in (cli_session_id("s1"), cli_session_id("s1", 3))

@@ -105,10 +105,58 @@ def deferral_last(
     CLI treats the turn as cut short: it answers the deferred call with a "result missing"
     error and adds a synthetic reply before it runs the call. Ending on the deferral
     record (its parent is unchanged) lets the resume hand the call over cleanly.
+
+    The CLI writes a response's tool calls as one entry each, and may record the deferral
+    before the later calls' entries (the hook runs while the response is still being
+    written): those entries then hang off the deferral record, and moving it would cut
+    them from the chain of parents the CLI resumes along. The record is first put back
+    where it lands otherwise, after the response's last entry (each call's result keeps
+    its own parent, the call).
     """
-    moved = [entry for entry in entries if _is_deferral(entry, tool_use_id)]
+    deferrals = [entry for entry in entries if _is_deferral(entry, tool_use_id)]
     kept = [entry for entry in entries if not _is_deferral(entry, tool_use_id)]
-    return [*kept, *moved]
+    if len(deferrals) == 1:
+        return _after_response(kept, deferrals[0])
+    return [*kept, *deferrals]
+
+
+def _after_response(
+    kept: list[SessionStoreEntry], deferral: SessionStoreEntry
+) -> list[SessionStoreEntry]:
+    """``kept`` then ``deferral``, linked as if it was written after its response's end.
+
+    Changes no link when no entry of the response hangs off the deferral record; entries
+    whose link changes are copies.
+    """
+    mark = deferral.get("uuid")
+    index = {id(entry): at for at, entry in enumerate(kept)}
+    first = next(
+        (e for e in kept if e.get("parentUuid") == mark and e.get("type") == "assistant"), None
+    )
+    if mark is None or first is None:
+        return [*kept, deferral]
+    out = list(kept)
+    out[index[id(first)]] = _linked(first, deferral.get("parentUuid"))
+    last = first
+    while True:
+        nxt = next(
+            (
+                e
+                for e in kept
+                if e.get("parentUuid") == last.get("uuid") and e.get("type") == "assistant"
+            ),
+            None,
+        )
+        if nxt is None:
+            break
+        last = nxt
+    return [*out, _linked(deferral, last.get("uuid"))]
+
+
+def _linked(entry: SessionStoreEntry, parent: object) -> SessionStoreEntry:
+    changed: dict[str, Any] = dict(entry)
+    changed["parentUuid"] = parent
+    return cast(SessionStoreEntry, changed)
 
 
 def with_tool_input(
