@@ -56,7 +56,7 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
-from dex_server.store import ExecRecord, FlowRecord, Tx
+from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
 INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
 # the SDK's own check of a handler result fails the attempt with this error type
@@ -219,12 +219,13 @@ def apply_effects(
     An indexed Attribute's search rows are written here too, in the same transaction, so a
     search sees exactly what committed.
     """
+    writes: list[tuple[str, StoredValue | None]] = []
     for name, v in result.attribute_writes.items():
         b = raw_bytes(v)
-        stored = store_value(tx, limits, flow.run_id, b) if b is not None else None
-        flow.state_bytes += tx.state.write(flow.run_id, name, stored)
+        writes.append((name, store_value(tx, limits, flow.run_id, b) if b is not None else None))
         if indexes:
             write_index(tx, indexes, flow.run_id, name, b)
+    flow.state_bytes += tx.state.write_many(flow.run_id, writes)
     for d in result.channel_deletes:
         size = tx.channels.delete(flow.run_id, d.channel, d.message_id)
         if size is not None:

@@ -359,28 +359,44 @@ class PgState(_Repo):
 
     def write(self, run_id: str, name: str, value: StoredValue | None) -> int:
         """Write or delete one value; return the change in stored bytes."""
-        if value is None:
-            row = self.row(
-                "DELETE FROM attributes WHERE run_id=%s AND name=%s RETURNING size",
-                (run_id, name),
+        return self.write_many(run_id, ((name, value),))
+
+    def write_many(self, run_id: str, writes: Sequence[tuple[str, StoredValue | None]]) -> int:
+        """Write or delete values (each name once); return the change in stored bytes.
+
+        One statement reads the sizes they replace (each read waits for the database; the
+        writes after it are queued in the pipeline).
+        """
+        if not writes:
+            return 0
+        old: dict[str, int] = {
+            str(name): int(size)  # type: ignore[call-overload]
+            for name, size in self.rows(
+                "SELECT name, size FROM attributes WHERE run_id=%s AND name = ANY(%s)",
+                (run_id, [name for name, _ in writes]),
             )
-            return -int(row[0]) if row else 0  # type: ignore[call-overload]
-        old = self.row("SELECT size FROM attributes WHERE run_id=%s AND name=%s", (run_id, name))
-        old_size = int(old[0]) if old else 0  # type: ignore[call-overload]
-        self.run(
-            "INSERT INTO attributes (run_id, name, map_name, value, blob_hash, size)"
-            " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, name) DO UPDATE SET"
-            " value=excluded.value, blob_hash=excluded.blob_hash, size=excluded.size",
-            (
-                run_id,
-                name,
-                _map_of(name),
-                bytes(value.value) if value.value is not None else None,
-                value.blob,
-                value.size,
-            ),
-        )
-        return value.size - old_size
+        }
+        delta = -sum(old.values())
+        for name, value in writes:
+            if value is None:
+                if name in old:
+                    self.run("DELETE FROM attributes WHERE run_id=%s AND name=%s", (run_id, name))
+                continue
+            self.run(
+                "INSERT INTO attributes (run_id, name, map_name, value, blob_hash, size)"
+                " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, name) DO UPDATE SET"
+                " value=excluded.value, blob_hash=excluded.blob_hash, size=excluded.size",
+                (
+                    run_id,
+                    name,
+                    _map_of(name),
+                    bytes(value.value) if value.value is not None else None,
+                    value.blob,
+                    value.size,
+                ),
+            )
+            delta += value.size
+        return delta
 
     def delete_run(self, run_id: str) -> None:
         self.run("DELETE FROM attributes WHERE run_id=%s", (run_id,))

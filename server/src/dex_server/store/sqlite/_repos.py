@@ -36,6 +36,9 @@ _SINGLETONS_FROM = (
 )
 
 
+_WRITE_CHUNK = 500  # names per statement, well under SQLite's bound on parameters
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -298,27 +301,47 @@ class SqliteState:
 
     def write(self, run_id: str, name: str, value: StoredValue | None) -> int:
         """Write or delete one value; return the change in stored bytes."""
-        old = self.c.execute(
-            "SELECT size FROM attributes WHERE run_id=? AND name=?", (run_id, name)
-        ).fetchone()
-        old_size = old[0] if old else 0
-        if value is None:
-            if old:
-                self.c.execute("DELETE FROM attributes WHERE run_id=? AND name=?", (run_id, name))
-            return -old_size
-        self.c.execute(
-            "INSERT OR REPLACE INTO attributes (run_id, name, map_name, value, blob_hash, size)"
-            " VALUES (?,?,?,?,?,?)",
-            (
-                run_id,
-                name,
-                _map_of(name),
-                bytes(value.value) if value.value is not None else None,
-                value.blob,
-                value.size,
-            ),
-        )
-        return value.size - old_size
+        return self.write_many(run_id, ((name, value),))
+
+    def write_many(self, run_id: str, writes: Sequence[tuple[str, StoredValue | None]]) -> int:
+        """Write or delete values (each name once); return the change in stored bytes.
+
+        The sizes they replace are read in one statement per chunk, not one per value.
+        """
+        delta = 0
+        for at in range(0, len(writes), _WRITE_CHUNK):
+            chunk = writes[at : at + _WRITE_CHUNK]
+            old = dict(
+                self.c.execute(
+                    "SELECT name, size FROM attributes WHERE run_id=? AND name"
+                    f" IN ({_marks(len(chunk))})",
+                    (run_id, *(name for name, _ in chunk)),
+                )
+            )
+            delta -= sum(old.values())
+            gone = [(run_id, name) for name, value in chunk if value is None and name in old]
+            if gone:
+                self.c.executemany("DELETE FROM attributes WHERE run_id=? AND name=?", gone)
+            rows = [
+                (
+                    run_id,
+                    name,
+                    _map_of(name),
+                    bytes(value.value) if value.value is not None else None,
+                    value.blob,
+                    value.size,
+                )
+                for name, value in chunk
+                if value is not None
+            ]
+            if rows:
+                self.c.executemany(
+                    "INSERT OR REPLACE INTO attributes"
+                    " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,?,?)",
+                    rows,
+                )
+            delta += sum(r[5] for r in rows)
+        return delta
 
     def delete_run(self, run_id: str) -> None:
         self.c.execute("DELETE FROM attributes WHERE run_id=?", (run_id,))
