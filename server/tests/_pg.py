@@ -6,10 +6,13 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from dex_server.store import SqliteStore, Store
+from dex_server.store.postgres import PostgresStore
 from dex_server.testing import create_test_database, drop_test_database
 
 
@@ -34,6 +37,15 @@ def db_url() -> Iterator[str]:
         yield url
     finally:
         drop_test_database(url)
+
+
+@pytest.fixture
+def stores(tmp_path: Path, request: pytest.FixtureRequest) -> list[Store]:
+    """An SQLite store and, when PostgreSQL is reachable, one on a fresh database."""
+    out: list[Store] = [SqliteStore(tmp_path / "db", fsync=False)]
+    if postgres_reachable():
+        out.append(PostgresStore(request.getfixturevalue("db_url"), fsync=False))
+    return out
 
 
 async def _check(predicate: Callable[[], Any]) -> object:

@@ -7,28 +7,15 @@ On SQLite and on PostgreSQL (when reachable): ``write_many`` leaves the same row
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import msgspec
 import pytest
-from dex_server.store import SqliteStore, Store, StoredValue, Tx
+from dex_server.store import Store, StoredValue, Tx
 
-from tests._pg import db_url, postgres_reachable
+from tests._pg import db_url, stores
 
-__all__ = ["db_url"]  # a fixture, used by name
+__all__ = ["db_url", "stores"]  # fixtures, used by name
 
 pytestmark = pytest.mark.store_independent  # each test opens the stores it checks itself
-
-
-@pytest.fixture
-def stores(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[Store]]:
-    from dex_server.store.postgres import PostgresStore
-
-    out: list[Store] = [SqliteStore(tmp_path / "db", fsync=False)]
-    if postgres_reachable():
-        out.append(PostgresStore(request.getfixturevalue("db_url"), fsync=False))
-    yield out
 
 
 def _v(text: str) -> StoredValue:

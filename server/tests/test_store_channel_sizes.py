@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +22,14 @@ from dex_server.store.postgres import PostgresStore, migrate
 from dex_server.store.postgres._store import _PgMigrationDb
 from dex_server.store.sqlite._store import _SqliteMigrationDb
 
-from tests._pg import db_url, postgres_reachable
+from tests._pg import db_url, postgres_reachable, stores
 
-__all__ = ["db_url"]  # a fixture, used by name
+__all__ = ["db_url", "stores"]  # fixtures, used by name
 
 pytestmark = pytest.mark.store_independent  # each test opens the stores it checks itself
 
 CHANNELS = ["jobs", "other"]
 MAPS = ["box"]
-
-
-@pytest.fixture
-def stores(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[Store]]:
-    """An SQLite store and, when PostgreSQL is reachable, a PostgreSQL one."""
-    out: list[Store] = [SqliteStore(tmp_path / "db", fsync=False)]
-    if postgres_reachable():
-        out.append(PostgresStore(request.getfixturevalue("db_url"), fsync=False))
-    yield out
 
 
 def _counted(tx: Tx, run_id: str) -> dict[str, int]:
