@@ -81,7 +81,6 @@ class StoreStreams:
         token = int(resume_token) if resume_token else 0
         deadline = time.monotonic() + timeout_s
         name = _name(key)
-
         while True:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(name, []).append(fut)

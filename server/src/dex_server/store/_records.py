@@ -105,6 +105,21 @@ class StoredValue(Struct, kw_only=True):
     size: int = 0
 
 
+def map_of(name: str) -> str | None:
+    """The AttributeMap or ChannelMap a ``"<map>/<key>"`` instance name belongs to."""
+    head, sep, _ = name.partition("/")
+    return head if sep else None
+
+
+AttributeRow = tuple[str, str, str | None, bytes | None, str | None, int]
+
+
+def attribute_row(run_id: str, name: str, value: StoredValue) -> AttributeRow:
+    """The ``attributes`` columns (run_id, name, map_name, value, blob_hash, size) of a value."""
+    data = bytes(value.value) if value.value is not None else None
+    return (run_id, name, map_of(name), data, value.blob, value.size)
+
+
 class PendingMessage(Struct, kw_only=True):
     seq: int
     channel: str

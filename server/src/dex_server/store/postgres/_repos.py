@@ -20,9 +20,11 @@ from dex_server.store._records import (
     FlowRecord,
     PendingMessage,
     StoredValue,
+    attribute_row,
     claim,
     exec_decoder,
     flow_decoder,
+    map_of,
     record_encoder,
     with_claim,
 )
@@ -45,11 +47,6 @@ _SNAPSHOT = (
     " WHERE run_id=%s AND map_name IS NULL"
     " UNION ALL SELECT true, channel, NULL, NULL, size FROM channel_sizes WHERE run_id=%s"
 )
-
-
-def _map_of(name: str) -> str | None:
-    head, sep, _ = name.partition("/")
-    return head if sep else None
 
 
 class _Repo:
@@ -386,14 +383,7 @@ class PgState(_Repo):
                 "INSERT INTO attributes (run_id, name, map_name, value, blob_hash, size)"
                 " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id, name) DO UPDATE SET"
                 " value=excluded.value, blob_hash=excluded.blob_hash, size=excluded.size",
-                (
-                    run_id,
-                    name,
-                    _map_of(name),
-                    bytes(value.value) if value.value is not None else None,
-                    value.blob,
-                    value.size,
-                ),
+                attribute_row(run_id, name, value),
             )
             delta += value.size
         return delta
@@ -407,7 +397,7 @@ class PgChannels(_Repo):
         self.run(
             "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
             " VALUES (%s,%s,%s,%s,%s)",
-            (run_id, channel, _map_of(channel), message_id, value),
+            (run_id, channel, map_of(channel), message_id, value),
         )
 
     def pending_ids(

@@ -12,19 +12,16 @@ from dex_server.store._records import (
     FlowRecord,
     PendingMessage,
     StoredValue,
+    attribute_row,
     claim,
     exec_decoder,
     flow_decoder,
+    map_of,
     record_encoder,
     with_claim,
 )
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
-
-
-def _map_of(name: str) -> str | None:
-    head, sep, _ = name.partition("/")
-    return head if sep else None
 
 
 _SINGLETONS_SKIP_AFTER = 16
@@ -41,6 +38,10 @@ _WRITE_CHUNK = 500  # names per statement, well under SQLite's bound on paramete
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
+
+
+def _channel_sizes(c: sqlite3.Connection, run_id: str) -> dict[str, int]:
+    return {r[0]: r[1] for r in c.execute(_CHANNEL_SIZES, (run_id,))}
 
 
 class SqliteFlows:
@@ -254,8 +255,7 @@ class SqliteState:
             bound = jump
 
     def snapshot(self, run_id: str) -> Snapshot:
-        sizes = {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
-        return self.singletons(run_id), sizes
+        return self.singletons(run_id), _channel_sizes(self.c, run_id)
 
     def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
         fill(self.snapshot(run_id))
@@ -323,16 +323,7 @@ class SqliteState:
             if gone:
                 self.c.executemany("DELETE FROM attributes WHERE run_id=? AND name=?", gone)
             rows = [
-                (
-                    run_id,
-                    name,
-                    _map_of(name),
-                    bytes(value.value) if value.value is not None else None,
-                    value.blob,
-                    value.size,
-                )
-                for name, value in chunk
-                if value is not None
+                attribute_row(run_id, name, value) for name, value in chunk if value is not None
             ]
             if rows:
                 self.c.executemany(
@@ -355,7 +346,7 @@ class SqliteChannels:
         self.c.execute(
             "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
             " VALUES (?,?,?,?,?)",
-            (run_id, channel, _map_of(channel), message_id, value),
+            (run_id, channel, map_of(channel), message_id, value),
         )
 
     def pending_ids(
@@ -402,7 +393,7 @@ class SqliteChannels:
         return int(row[0]) if row else None
 
     def sizes(self, run_id: str) -> dict[str, int]:
-        return {r[0]: r[1] for r in self.c.execute(_CHANNEL_SIZES, (run_id,))}
+        return _channel_sizes(self.c, run_id)
 
     def pending(
         self, run_id: str, channels: Sequence[str], maps: Sequence[str]
