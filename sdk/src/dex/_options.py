@@ -108,10 +108,6 @@ def check_schedule_to_start(owner: str, value: Duration | None) -> float | None:
     return v
 
 
-def _tuple(v: Any) -> tuple[Any, ...]:
-    return tuple(v) if not isinstance(v, tuple) else v
-
-
 @dataclass(frozen=True, slots=True)
 class StepOptions:
     """Options of a Step type (``Step.get_step_options``) or of one movement.
@@ -177,14 +173,18 @@ class StepOptions:
     schedule_to_start_timeout: Duration | None = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if "_lock_" in f.name or "_load_" in f.name:
-                object.__setattr__(self, f.name, _tuple(getattr(self, f.name)))
-        for name in ("wait_for_method_timeout", "execute_method_timeout", "heartbeat_timeout"):
-            v = seconds(getattr(self, name))
-            if v is not None and v <= 0:
-                raise ValueError(f"StepOptions.{name} must be positive")
-        check_schedule_to_start("StepOptions", self.schedule_to_start_timeout)
+        for name in _SEQUENCE_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+        for name in _TIMEOUT_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                v = seconds(value)
+                if v is not None and v <= 0:
+                    raise ValueError(f"StepOptions.{name} must be positive")
+        if self.schedule_to_start_timeout is not None:
+            check_schedule_to_start("StepOptions", self.schedule_to_start_timeout)
 
     def on_execute_failure_proceed_to(
         self, step: type[Step[Any]], options: StepOptions | None = None
@@ -195,3 +195,11 @@ class StepOptions:
         Step's own options for that movement.
         """
         return dataclasses.replace(self, execute_failure_step=step, execute_failure_options=options)
+
+
+# the fields __post_init__ turns into tuples, and the timeouts it checks (built once: a
+# StepOptions is made for every movement that carries options)
+_SEQUENCE_FIELDS = tuple(
+    f.name for f in dataclasses.fields(StepOptions) if "_lock_" in f.name or "_load_" in f.name
+)
+_TIMEOUT_FIELDS = ("wait_for_method_timeout", "execute_method_timeout", "heartbeat_timeout")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,7 +49,14 @@ def instance_name(name: str, key: str) -> str:
         InvalidMapKeyError: ``key`` is not a non-empty string (see :func:`check_map_key`).
 
     """
-    return f"{name}/{quote(check_map_key(name, key), safe='')}"
+    check_map_key(name, key)
+    if _UNQUOTED.fullmatch(key):  # what quote() leaves as it is (most keys): skip its cost
+        return f"{name}/{key}"
+    return f"{name}/{quote(key, safe='')}"
+
+
+# the characters urllib.parse.quote never quotes
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]+")
 
 
 def instance_key(physical: str) -> str:

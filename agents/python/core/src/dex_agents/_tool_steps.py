@@ -69,18 +69,26 @@ def _record(ctx: Context, tool_call_id: str) -> AgentToolCall | None:
 class _ToolCallStep(Step[str]):
     """Base: holds the session parts and builds the per-call options."""
 
+    _base: StepOptions | None = None
+
     def __init__(self, parts: SessionParts) -> None:
         self._parts = parts
 
     def base_options(self) -> StepOptions:
         return StepOptions(wait_for_durability=SYNC, execute_durability=SYNC)
 
+    def cached_base_options(self) -> StepOptions:
+        """``base_options()``, built once (options are immutable; every call needs them)."""
+        if self._base is None:
+            self._base = self.base_options()
+        return self._base
+
     def get_step_options(self) -> StepOptions:
-        return self.base_options()
+        return self.cached_base_options()
 
     def options_for(self, tool_call_id: str) -> StepOptions:
         load = (persistence.AgentToolCalls.load(tool_call_id),)
-        opts = self.base_options()
+        opts = self.cached_base_options()
         failure = opts.execute_failure_options
         if failure is not None:
             failure = dataclasses.replace(
@@ -281,7 +289,7 @@ class _RunToolStep(_ToolCallStep):
             wait_for_durability=SYNC,
             execute_durability=SYNC,
             execute_retry=RetryPolicy(maximum_attempts=self.max_attempts),
-        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.cached_base_options())
 
     async def execute(self, context: Context, input: str) -> StepDecision:
         ctx = as_async(context)
@@ -484,7 +492,7 @@ class ReconcileToolCall(_ToolCallStep):
             wait_for_durability=SYNC,
             execute_durability=SYNC,
             execute_retry=RetryPolicy(maximum_attempts=RECONCILE_ATTEMPTS),
-        ).on_execute_failure_proceed_to(type(self._failure), self._failure.base_options())
+        ).on_execute_failure_proceed_to(type(self._failure), self._failure.cached_base_options())
 
     async def execute(self, context: Context, input: str) -> StepDecision:
         record = _record(context, input)

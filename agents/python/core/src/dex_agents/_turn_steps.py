@@ -8,6 +8,7 @@ their own ``AgentToolCalls`` instance and publish ``ToolCallResults``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -247,6 +248,7 @@ class RunModel(_TurnStep):
         return self.options()
 
     @staticmethod
+    @functools.cache
     def options() -> StepOptions:
         """Options of this Step (the seeds' timeouts, retries and failure route)."""
         return _sync(
@@ -499,6 +501,7 @@ class RecordTurnFailure(_TurnStep):
     """RunModel's failure route: ``last_turn_error``, the failure note, a cleared turn."""
 
     @staticmethod
+    @functools.cache
     def options() -> StepOptions:
         """Options of this Step (whole ``AgentToolCalls`` map loaded)."""
         return _sync(execute_load_attribute_maps=(persistence.AgentToolCalls,))
