@@ -344,6 +344,7 @@ def uvicorn_server(
         raise
     sock.set_inheritable(True)
     from dex_server._http import HttpLimits, default_max_connections, limited_protocol
+    from dex_server._ws import DirectWebSocketProtocol
 
     limits = HttpLimits(
         max_header_bytes=config.max_header_bytes,
@@ -355,7 +356,7 @@ def uvicorn_server(
     uv_config = uvicorn.Config(
         app,
         log_level=config.log_level,
-        ws="websockets-sansio",
+        ws=DirectWebSocketProtocol,
         http=limited_protocol(limits),
         # typed int, but only ever given to loop.call_later: a float works
         timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]

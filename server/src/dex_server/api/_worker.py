@@ -36,6 +36,7 @@ from dex._protocol import (
 )
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from dex_server._ws import DIRECT_FRAMES, DirectWebSocketProtocol
 from dex_server.dispatch import WorkerConn
 from dex_server.service import Runtime
 from dex_server.service._common import ServiceError
@@ -115,6 +116,7 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             first.worker_instance_id,
         )
         sender: asyncio.Task[None] | None = None
+        direct = ws.scope.get("extensions", {}).get(DIRECT_FRAMES)
         try:
             # before Registered: the Worker learns which of its tasks are still its own
             resumed = runtime.dispatcher.resume(conn, first.resume_task_ids)
@@ -132,12 +134,15 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             )
             if resumed:
                 log.info("worker %s resumed %d task(s)", conn.app_worker_id, len(resumed))
+            if isinstance(direct, DirectWebSocketProtocol):
+                conn.deliver = _DirectSender(direct, batches=first.accepts_batches).push
+            else:
+                sender = asyncio.create_task(_send_loop(ws, conn, batches=first.accepts_batches))
             # the rest are not this Worker's any more (ended, timed out, cancelled, elsewhere)
             for task_id in set(first.resume_task_ids).difference(resumed):
                 conn.send(CancelTask(task_id=task_id, reason="not held for this Worker"))
-            sender = asyncio.create_task(_send_loop(ws, conn, batches=first.accepts_batches))
             runtime.worker_registered(conn, first.flows)
-            await _receive_loop(ws, conn, runtime)
+            await _receive_loop(ws, conn, runtime, direct)
         except WebSocketDisconnect:
             pass
         finally:
@@ -156,82 +161,147 @@ async def _reject(ws: WebSocket, code: str, message: str) -> None:
         await ws.close(code=1008)
 
 
+def _pack(frames: list[bytes], batches: bool) -> list[bytes]:
+    """The messages that carry ``frames`` in order: batches of at most ``_BATCH_MAX_FRAMES``
+    frames and ``_BATCH_MAX_BYTES``; a larger frame goes alone (so does every frame for a
+    Worker that does not read batches).
+    """
+    if not batches or len(frames) == 1:
+        return frames
+    messages: list[bytes] = []
+    group: list[bytes] = []
+    room = _BATCH_MAX_BYTES
+    for frame in frames:
+        if group and (len(group) >= _BATCH_MAX_FRAMES or len(frame) + 1 > room):
+            messages.append(group[0] if len(group) == 1 else encode_batch(group))
+            group, room = [], _BATCH_MAX_BYTES
+        group.append(frame)
+        room -= len(frame) + 1
+    messages.append(group[0] if len(group) == 1 else encode_batch(group))
+    return messages
+
+
 async def _send_loop(ws: WebSocket, conn: WorkerConn, *, batches: bool) -> None:
     outbox = conn.outbox
-    carry: bytes | None = None  # a frame too large to join the last batch: it leads the next
     while True:
-        data = carry if carry is not None else await outbox.get()
-        carry = None
+        data = await outbox.get()
         if data is None:
             return
+        # everything queued meanwhile (tasks a commit made ready, acks) leaves together
+        frames = [data]
         closing = False
-        if batches and not outbox.empty():
-            # everything queued meanwhile (tasks a commit made ready, acks) leaves together
-            frames = [data]
-            room = _BATCH_MAX_BYTES - len(data)
-            while not outbox.empty() and len(frames) < _BATCH_MAX_FRAMES:
-                nxt = outbox.get_nowait()
-                if nxt is None:
-                    closing = True
-                    break
-                if len(nxt) + 1 > room:
-                    carry = nxt
-                    break
-                room -= len(nxt) + 1
-                frames.append(nxt)
-            if len(frames) > 1:
-                data = encode_batch(frames)
+        while not outbox.empty():
+            nxt = outbox.get_nowait()
+            if nxt is None:
+                closing = True
+                break
+            frames.append(nxt)
         try:
-            await ws.send_text(data.decode())
+            for message in _pack(frames, batches):
+                await ws.send_text(message.decode())
         except Exception:
             return
         if closing:
             return
 
 
-async def _receive_loop(ws: WebSocket, conn: WorkerConn, runtime: Runtime) -> None:
-    limit = runtime.config.max_worker_frame_bytes
+class _DirectSender:
+    """Sends a Worker's frames on its :class:`DirectWebSocketProtocol`, without a task.
+
+    Frames sent during one pass of the event loop (the tasks a commit made ready, acks)
+    leave together at the start of the next, batched like ``_send_loop`` does.
+    """
+
+    def __init__(self, link: DirectWebSocketProtocol, *, batches: bool) -> None:
+        self._link = link
+        self._batches = batches
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def push(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        frames, self._pending = self._pending, []
+        for message in _pack(frames, self._batches):
+            if not self._link.write_text(message):
+                return
+
+
+async def _receive_loop(
+    ws: WebSocket, conn: WorkerConn, runtime: Runtime, direct: object = None
+) -> None:
+    """Handle the Worker's messages until it disconnects.
+
+    With a :class:`DirectWebSocketProtocol` the messages reach ``_on_message`` straight
+    from the protocol and this only waits for the disconnect (and takes any message that
+    was queued before the switch).
+    """
     bad = _BadFrames()
+
+    def on_message(data: str | bytes) -> bool:
+        if not _on_message(data, conn, runtime, bad):
+            return False
+        log.warning(
+            "closing the connection of worker %s: %d unreadable frames within %gs",
+            conn.app_worker_id,
+            MAX_BAD_FRAMES,
+            BAD_FRAME_WINDOW_S,
+        )
+        return True
+
+    if isinstance(direct, DirectWebSocketProtocol):
+        link = direct
+
+        def sink(data: bytes) -> None:
+            if on_message(data):
+                link.close_now(1008, "too many unreadable frames")
+
+        link.attach(sink)
     while True:
         msg = await ws.receive()
         if msg["type"] == "websocket.disconnect":
             return
         data = msg.get("text") or msg.get("bytes")
-        if not data:
-            continue
-        if len(data) > limit:
-            _refuse_frame(
-                runtime,
-                conn,
-                data,
-                ErrorCode.LIMIT_EXCEEDED,
-                f"the Worker's frame is {len(data)} bytes, over the limit"
-                f" max_worker_frame_bytes={limit}",
-            )
-            continue
-        try:
-            frame = worker_frame_decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # a batch with one bad frame: the others still count, each on its own
-            inner = _raw_batch(data)
-            parts = [bytes(raw) for raw in inner] if inner is not None else [data]
-            for part in parts:
-                if _decode_one(part, conn, runtime, exc if inner is None else None, bad):
-                    log.warning(
-                        "closing the connection of worker %s: %d unreadable frames within %gs",
-                        conn.app_worker_id,
-                        MAX_BAD_FRAMES,
-                        BAD_FRAME_WINDOW_S,
-                    )
-                    with contextlib.suppress(Exception):
-                        await ws.close(code=1008, reason="too many unreadable frames")
-                    return
-            continue
-        if isinstance(frame, WorkerBatch):
-            for one in frame.frames:
-                _handle(one, conn, runtime)
-        else:
-            _handle(frame, conn, runtime)
+        if data and on_message(data):
+            with contextlib.suppress(Exception):
+                await ws.close(code=1008, reason="too many unreadable frames")
+            return
+
+
+def _on_message(data: str | bytes, conn: WorkerConn, runtime: Runtime, bad: _BadFrames) -> bool:
+    """Act on one message of a registered Worker; whether to close its connection now."""
+    if not data:
+        return False
+    limit = runtime.config.max_worker_frame_bytes
+    if len(data) > limit:
+        _refuse_frame(
+            runtime,
+            conn,
+            data,
+            ErrorCode.LIMIT_EXCEEDED,
+            f"the Worker's frame is {len(data)} bytes, over the limit"
+            f" max_worker_frame_bytes={limit}",
+        )
+        return False
+    try:
+        frame = worker_frame_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # a batch with one bad frame: the others still count, each on its own
+        inner = _raw_batch(data)
+        parts = [bytes(raw) for raw in inner] if inner is not None else [data]
+        for part in parts:
+            if _decode_one(part, conn, runtime, exc if inner is None else None, bad):
+                return True
+        return False
+    if isinstance(frame, WorkerBatch):
+        for one in frame.frames:
+            _handle(one, conn, runtime)
+    else:
+        _handle(frame, conn, runtime)
+    return False
 
 
 class _RawBatch(msgspec.Struct, tag="batch"):

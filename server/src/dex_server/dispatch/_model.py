@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,6 +96,8 @@ class WorkerConn:
         self.total = 0
         self.tasks: dict[str, InFlight] = {}
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.deliver: Callable[[bytes], None] = self.outbox.put_nowait
+        """Takes each encoded frame for the Worker (the outbox, or the endpoint's sender)."""
         self.closed = False
         self.held_until: float | None = None
         """Closed, its tasks held for a reconnect until this ``time.monotonic()``."""
@@ -108,4 +111,4 @@ class WorkerConn:
 
     def send(self, frame: ServerFrame) -> None:
         if not self.closed:
-            self.outbox.put_nowait(encoder.encode(frame))
+            self.deliver(encoder.encode(frame))
