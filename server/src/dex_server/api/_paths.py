@@ -117,11 +117,19 @@ def check_strings(obj: object, where: str) -> None:
         check_text(obj, where, limit, maximum)
     elif isinstance(obj, msgspec.Struct):
         for name in obj.__struct_fields__:
-            check_strings(getattr(obj, name), f"{where}.{name}" if where else name)
+            value = getattr(obj, name)
+            if value is not None and not isinstance(value, _NO_STRINGS):
+                check_strings(value, f"{where}.{name}" if where else name)
     elif isinstance(obj, list | tuple):
         for i, item in enumerate(obj):
-            check_strings(item, f"{where}[{i}]")
+            if item is not None and not isinstance(item, _NO_STRINGS):
+                check_strings(item, f"{where}[{i}]")
     elif isinstance(obj, dict):
         for key, item in obj.items():
             check_strings(key, f"{where} key")
-            check_strings(item, f"{where}[{key[:40]!r}]")
+            if item is not None and not isinstance(item, _NO_STRINGS):
+                check_strings(item, f"{where}[{key[:40]!r}]")
+
+
+# what holds no string to check: skipped before its place in the body is spelled out
+_NO_STRINGS = (bool, int, float, msgspec.Raw)

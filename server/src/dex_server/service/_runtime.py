@@ -430,7 +430,7 @@ class Runtime:
             self.dispatcher.finished(env)
         self.apply(eff)
 
-    async def after_holds(self, run_id: str, job: Callable[[Tx], T]) -> T:
+    async def after_holds(self, run_id: str, job: Callable[[Tx], T], *, inline: bool = False) -> T:
         """Run a write of ``run_id`` once no transactional RPC holds the run, on any server.
 
         A transactional RPC's snapshot, Worker call and commit are atomic: every other write
@@ -445,7 +445,7 @@ class Runtime:
                 await hold.wait()
                 hold = self._commit_holds.get(run_id)
             try:
-                return await self.store.run(job)
+                return await self.store.submit(job, inline=inline)
             except _locks.CommitHeldError:
                 await self.await_unlock()
 
@@ -734,8 +734,10 @@ class Runtime:
 
     async def _invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> tuple[TaskResult, str]:
         """Run the RPC and commit its effects (with its request_id, if any); its result."""
-        flow, task, transactional, locks, timeout = await self.store.run(
-            lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req)
+        # the RPC's store jobs are small and on a client's wait: an idle SQLite store runs
+        # them on the loop, without the writer thread hand-offs
+        flow, task, transactional, locks, timeout = await self.store.submit(
+            lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req), inline=True
         )
         env = Envelope(
             kind="rpc",
@@ -775,8 +777,9 @@ class Runtime:
                     await self._hold_commits(run_id, holder, timeout)
                 # the snapshot, now that no Step result can commit in between (the first
                 # read only learned that the RPC is transactional)
-                flow, task, transactional, locks, timeout = await self.store.run(
-                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, gated=True)
+                flow, task, transactional, locks, timeout = await self.store.submit(
+                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, gated=True),
+                    inline=True,
                 )
                 env.task = task
             result = await self._call_rpc(env, timeout)
@@ -821,7 +824,11 @@ class Runtime:
                     )
 
                 # a plain RPC's effects wait for a transactional RPC holding the run
-                eff = await (self.store.run(commit) if gated else self.after_holds(run_id, commit))
+                eff = await (
+                    self.store.submit(commit, inline=True)
+                    if gated
+                    else self.after_holds(run_id, commit, inline=True)
+                )
                 self.apply(eff)
             return result, run_id
         finally:
