@@ -13,7 +13,7 @@ from dex_server.engine import history as hist
 from dex_server.engine.flow_timeout import TIMEOUT_EXECUTION_ID, TimeoutClose, timeout_close
 from dex_server.service import _children
 from dex_server.service._common import Effects, Limits, ReadyTask, SpecIndex, store_value
-from dex_server.service._tasks import build_step_task
+from dex_server.service._tasks import SharedSnapshot, build_step_task
 from dex_server.store import ExecRecord, FlowRecord, Tx
 
 
@@ -86,6 +86,7 @@ def schedule(tx: Tx, flow: FlowRecord, e: ExecRecord, now: float, eff: Effects) 
 def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
     """Snapshot tasks made ready by this job, after all its writes (pushed right away)."""
     cancelled = set(eff.cancelled)
+    shared = SharedSnapshot()
     for r in eff.ready:
         if r.run_id == flow.run_id and r.task is None and not r.locks:
             # schedule() wrote r.record and nothing changes a scheduled record afterwards
@@ -95,8 +96,9 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
             else:
                 e = r.record or tx.executions.get(flow.run_id, r.execution_id)
             if e is not None:
-                r.task = build_step_task(tx, flow, e, _unread(r))
+                r.task = build_step_task(tx, flow, e, _unread(r), shared)
                 r.version = flow.version
+    shared.read(tx, flow.run_id)
 
 
 def _unread(r: ReadyTask) -> Callable[[], None]:

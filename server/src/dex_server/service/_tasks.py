@@ -11,17 +11,44 @@ from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 from dex_server.store._contract import Snapshot
 
 
+class SharedSnapshot:
+    """One read of a run's singletons and Channel sizes for every task a job makes ready.
+
+    The tasks are built after all of the job's writes, so they would all read the same
+    snapshot: :meth:`read` reads it once (``StateStore.snapshot_later``) and fills them all.
+    """
+
+    def __init__(self) -> None:
+        self._fills: list[Callable[[Snapshot | None], None]] = []
+
+    def add(self, fill: Callable[[Snapshot | None], None]) -> None:
+        self._fills.append(fill)
+
+    def read(self, tx: Tx, run_id: str) -> None:
+        fills, self._fills = self._fills, []
+        if not fills:
+            return
+
+        def fill_all(snap: Snapshot | None) -> None:
+            for fill in fills:
+                fill(snap)
+
+        tx.state.snapshot_later(run_id, fill_all)
+
+
 def _fill_state(
     tx: Tx,
     task: Task,
     run_id: str,
     loads: LoadSpec,
     unread: Callable[[], None] | None = None,
+    shared: SharedSnapshot | None = None,
 ) -> None:
     """Load ``loads`` into ``task``.
 
     ``unread``: the singletons and Channel sizes may arrive after the job (see
-    ``StateStore.snapshot_later``); ``unread()`` is called if they cannot.
+    ``StateStore.snapshot_later``); ``unread()`` is called if they cannot. ``shared``
+    (with ``unread``): they come from that snapshot once it is read.
     """
     extra: dict[str, StoredValue] = {}
     if loads.attribute_maps:
@@ -43,6 +70,8 @@ def _fill_state(
 
     if unread is None:
         fill(tx.state.snapshot(run_id))
+    elif shared is not None:
+        shared.add(fill)
     else:
         tx.state.snapshot_later(run_id, fill)
     task.loaded_maps = list(loads.attribute_maps)
@@ -59,12 +88,17 @@ def _fill_state(
 
 
 def build_step_task(
-    tx: Tx, flow: FlowRecord, e: ExecRecord, unread: Callable[[], None] | None = None
+    tx: Tx,
+    flow: FlowRecord,
+    e: ExecRecord,
+    unread: Callable[[], None] | None = None,
+    shared: SharedSnapshot | None = None,
 ) -> Task:
     """Snapshot the state a Step method needs into a Task (task_id/deadline set at dispatch).
 
     With ``unread`` part of the snapshot may be filled in once the job's transaction
-    committed, before its future resolves; ``unread()`` if it cannot be.
+    committed, before its future resolves; ``unread()`` if it cannot be. With ``shared``
+    that part comes from ``shared.read()``, which the caller must call.
     """
     kind: Literal["wait_for", "execute"] = "wait_for" if e.phase == "wait_for" else "execute"
     opts = e.options
@@ -95,6 +129,7 @@ def build_step_task(
         flow.run_id,
         opts.wait_for_loads if kind == "wait_for" else opts.execute_loads,
         unread,
+        shared,
     )
     return task
 
