@@ -70,3 +70,27 @@ async def test_write_many_takes_more_names_than_one_statement_holds(
         assert await store.run(lambda tx: tx.state.write_many("run-1", again)) == -removed
         assert len(await store.read(lambda tx: tx.state.names("run-1"))) == 600
         await store.close()
+
+
+async def test_sizes_read_before_spare_write_many_its_own_read(stores: list[Store]) -> None:
+    before = [("a", _v("1234")), ("gone", _v("zzzzz")), ("m/k1", _v("mmm"))]
+    after: list[tuple[str, StoredValue | None]] = [
+        ("a", _v("12")),
+        ("gone", None),
+        ("never", None),
+        ("m/k1", _v("mmmmmm")),
+    ]
+    for store in stores:
+        store.open()
+        name = type(store).__name__
+        await store.run(lambda tx: tx.state.write_many("run-1", before))
+
+        def with_sizes(tx: Tx) -> tuple[dict[str, int], int]:
+            sizes = tx.state.sizes_of("run-1", [n for n, _ in after])
+            return sizes, tx.state.write_many("run-1", after, sizes)
+
+        sizes, delta = await store.run(with_sizes)
+        assert sizes == {"a": 4, "gone": 5, "m/k1": 3}, name
+        assert delta == -2 - 5 + 3, name
+        assert await store.read(lambda tx: _all(tx, "run-1")) == {"a": b"12", "m/k1": b"mmmmmm"}
+        await store.close()

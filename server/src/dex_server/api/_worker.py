@@ -162,9 +162,10 @@ async def _reject(ws: WebSocket, code: str, message: str) -> None:
 
 
 def _pack(frames: list[bytes], batches: bool) -> list[bytes]:
-    """The messages that carry ``frames`` in order: batches of at most ``_BATCH_MAX_FRAMES``
-    frames and ``_BATCH_MAX_BYTES``; a larger frame goes alone (so does every frame for a
-    Worker that does not read batches).
+    """The messages that carry ``frames``, in order.
+
+    Batches of at most ``_BATCH_MAX_FRAMES`` frames and ``_BATCH_MAX_BYTES``; a larger
+    frame goes alone, and so does every frame for a Worker that does not read batches.
     """
     if not batches or len(frames) == 1:
         return frames

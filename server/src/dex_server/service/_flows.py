@@ -643,7 +643,7 @@ def rpc_commit(
         check_result_names(idx, result, f"RPC {req.rpc_name!r}")
     except UndeclaredStateError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
-    check_result_limits(tx, limits, flow, result)
+    old_sizes = check_result_limits(tx, limits, flow, result)
     if transactional:
         for d in result.channel_deletes:
             if d.message_id not in tx.channels.pending_ids(run_id, [d.channel]).get(d.channel, []):
@@ -663,7 +663,7 @@ def rpc_commit(
                 raise InvalidDecisionError(f"unknown Step type {name!r} to cancel")
     except InvalidDecisionError as exc:
         raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from None
-    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes, old_sizes)
     live = [
         LiveExecution(
             execution_id=e.execution_id,

@@ -144,8 +144,13 @@ def _context(flow: FlowRecord, e: ExecRecord, ref: AttemptRef, now: float) -> di
     }
 
 
-def check_result_limits(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult) -> int:
-    """Validate value sizes and the Flow state budget; return the state byte delta."""
+def check_result_limits(
+    tx: Tx, limits: Limits, flow: FlowRecord, result: TaskResult
+) -> dict[str, int]:
+    """Validate value sizes and the Flow state budget.
+
+    Returns the sizes the result's Attribute writes replace, for ``apply_effects``.
+    """
     for name, v in result.attribute_writes.items():
         limits.check_value(raw_bytes(v), f"Attribute {name!r}")
     for p in result.publishes:
@@ -157,9 +162,9 @@ def check_result_limits(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskRe
     for m in movements:
         limits.check_value(raw_bytes(m.input), f"input of Step {m.step_type!r}")
     limits.check_value(raw_bytes(result.rpc_output), "RPC output")
-    old = tx.state.of_names(flow.run_id, list(result.attribute_writes))
+    old = tx.state.sizes_of(flow.run_id, list(result.attribute_writes))
     delta = sum(len(raw_bytes(v) or b"") for v in result.attribute_writes.values())
-    delta -= sum(v.size for v in old.values())
+    delta -= sum(old.values())
     delta += sum(len(p.value) for p in result.publishes)
     if delta > 0 and flow.state_bytes + delta > limits.max_flow_state_bytes:
         raise LimitError(
@@ -168,7 +173,7 @@ def check_result_limits(tx: Tx, limits: Limits, flow: FlowRecord, result: TaskRe
             limits.max_flow_state_bytes,
             "Flow state",
         )
-    return delta
+    return old
 
 
 def check_result_names(idx: SpecIndex, result: TaskResult, what: str) -> None:
@@ -213,11 +218,13 @@ def apply_effects(
     result: TaskResult,
     now: float,
     indexes: Mapping[str, tuple[str, FieldType]] | None = None,
+    old_sizes: Mapping[str, int] | None = None,
 ) -> bool:
     """Write Attributes, delete and publish messages. Return whether anything was published.
 
     An indexed Attribute's search rows are written here too, in the same transaction, so a
-    search sees exactly what committed.
+    search sees exactly what committed. ``old_sizes``: what ``check_result_limits``
+    returned for this result in the same job.
     """
     writes: list[tuple[str, StoredValue | None]] = []
     for name, v in result.attribute_writes.items():
@@ -225,7 +232,7 @@ def apply_effects(
         writes.append((name, store_value(tx, limits, flow.run_id, b) if b is not None else None))
         if indexes:
             write_index(tx, indexes, flow.run_id, name, b)
-    flow.state_bytes += tx.state.write_many(flow.run_id, writes)
+    flow.state_bytes += tx.state.write_many(flow.run_id, writes, old_sizes)
     for d in result.channel_deletes:
         size = tx.channels.delete(flow.run_id, d.channel, d.message_id)
         if size is not None:
@@ -278,7 +285,7 @@ def apply_step_result(
     try:
         resolved = _checked_decision(tx, flow, ref, result)
         check_result_names(idx, result, f"{e.execution_id} {ref.kind}")
-        check_result_limits(tx, limits, flow, result)
+        old_sizes = check_result_limits(tx, limits, flow, result)
         plan = None
         if resolved is not None:
             # the other live executions matter only to cancellations
@@ -313,7 +320,7 @@ def apply_step_result(
         fail_attempt(tx, limits, specs, flow, e, ref, err, now, eff)
         finish(tx, flow, eff)
         return eff
-    published = apply_effects(tx, limits, flow, result, now, idx.indexes)
+    published = apply_effects(tx, limits, flow, result, now, idx.indexes, old_sizes)
     source = f"#{e.execution_id}"
     eff.streams += [
         (flow.flow_type, w.stream, flow.flow_id, bytes(w.value), source)

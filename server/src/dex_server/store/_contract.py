@@ -98,8 +98,22 @@ class StateStore(Protocol):
         self, run_id: str, map_name: str, start: str | None, end: str | None, limit: int | None
     ) -> list[tuple[str, StoredValue]]: ...
     def names(self, run_id: str) -> list[str]: ...
+    def sizes_of(self, run_id: str, names: Sequence[str]) -> dict[str, int]:
+        """The stored sizes of those of ``names`` that are set (one statement)."""
+
     def write(self, run_id: str, name: str, value: StoredValue | None) -> int: ...
-    def write_many(self, run_id: str, writes: Sequence[tuple[str, StoredValue | None]]) -> int: ...
+    def write_many(
+        self,
+        run_id: str,
+        writes: Sequence[tuple[str, StoredValue | None]],
+        old_sizes: Mapping[str, int] | None = None,
+    ) -> int:
+        """Write or delete values (each name once); return the change in stored bytes.
+
+        ``old_sizes``: what :meth:`sizes_of` returned for these names earlier in the same
+        transaction (nothing wrote them since), so they are not read again.
+        """
+
     def delete_run(self, run_id: str) -> None: ...
 
 

@@ -358,21 +358,34 @@ class PgState(_Repo):
         """Write or delete one value; return the change in stored bytes."""
         return self.write_many(run_id, ((name, value),))
 
-    def write_many(self, run_id: str, writes: Sequence[tuple[str, StoredValue | None]]) -> int:
-        """Write or delete values (each name once); return the change in stored bytes.
-
-        One statement reads the sizes they replace (each read waits for the database; the
-        writes after it are queued in the pipeline).
-        """
-        if not writes:
-            return 0
-        old: dict[str, int] = {
+    def sizes_of(self, run_id: str, names: Sequence[str]) -> dict[str, int]:
+        if not names:
+            return {}
+        return {
             str(name): int(size)  # type: ignore[call-overload]
             for name, size in self.rows(
                 "SELECT name, size FROM attributes WHERE run_id=%s AND name = ANY(%s)",
-                (run_id, [name for name, _ in writes]),
+                (run_id, list(names)),
             )
         }
+
+    def write_many(
+        self,
+        run_id: str,
+        writes: Sequence[tuple[str, StoredValue | None]],
+        old_sizes: Mapping[str, int] | None = None,
+    ) -> int:
+        """Write or delete values (each name once); return the change in stored bytes.
+
+        One statement reads the sizes they replace (each read waits for the database; the
+        writes after it are queued in the pipeline), none when ``old_sizes`` has them.
+        """
+        if not writes:
+            return 0
+        if old_sizes is None:
+            old = self.sizes_of(run_id, [name for name, _ in writes])
+        else:
+            old = {name: old_sizes[name] for name, _ in writes if name in old_sizes}
         delta = -sum(old.values())
         for name, value in writes:
             if value is None:

@@ -303,21 +303,37 @@ class SqliteState:
         """Write or delete one value; return the change in stored bytes."""
         return self.write_many(run_id, ((name, value),))
 
-    def write_many(self, run_id: str, writes: Sequence[tuple[str, StoredValue | None]]) -> int:
+    def sizes_of(self, run_id: str, names: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for at in range(0, len(names), _WRITE_CHUNK):
+            chunk = names[at : at + _WRITE_CHUNK]
+            out.update(
+                self.c.execute(
+                    "SELECT name, size FROM attributes WHERE run_id=? AND name"
+                    f" IN ({_marks(len(chunk))})",
+                    (run_id, *chunk),
+                )
+            )
+        return out
+
+    def write_many(
+        self,
+        run_id: str,
+        writes: Sequence[tuple[str, StoredValue | None]],
+        old_sizes: Mapping[str, int] | None = None,
+    ) -> int:
         """Write or delete values (each name once); return the change in stored bytes.
 
-        The sizes they replace are read in one statement per chunk, not one per value.
+        The sizes they replace are read in one statement per chunk, not one per value
+        (none when ``old_sizes`` has them).
         """
         delta = 0
         for at in range(0, len(writes), _WRITE_CHUNK):
             chunk = writes[at : at + _WRITE_CHUNK]
-            old = dict(
-                self.c.execute(
-                    "SELECT name, size FROM attributes WHERE run_id=? AND name"
-                    f" IN ({_marks(len(chunk))})",
-                    (run_id, *(name for name, _ in chunk)),
-                )
-            )
+            if old_sizes is None:
+                old = self.sizes_of(run_id, [name for name, _ in chunk])
+            else:
+                old = {name: old_sizes[name] for name, _ in chunk if name in old_sizes}
             delta -= sum(old.values())
             gone = [(run_id, name) for name, value in chunk if value is None and name in old]
             if gone:
