@@ -8,12 +8,14 @@ close) or not (a Step of a running run).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
 import pytest
 from dex._protocol import StepOptionsSpec
+from dex_server.service._common import Effects, ReadyTask
+from dex_server.service._flowops import prebuild
 from dex_server.store import ExecRecord, FlowRecord, SqliteStore, StoredValue, Tx
 from dex_server.store._contract import Snapshot
 from dex_server.store.postgres import PostgresStore
@@ -157,6 +159,58 @@ async def test_snapshot_later_of_a_group_that_fails_is_dropped(store: Store) -> 
     # retry), but a dropped attempt's never does, not even with a later commit
     assert 1 <= len(fills) <= 2
     assert all(f is not None and f[0]["A"].value == msgspec.Raw(b"1") for f in fills)
+
+
+async def test_the_tasks_one_job_makes_ready_share_one_snapshot_read(store: Store) -> None:
+    """``prebuild`` reads the singletons and Channel sizes once for all its tasks."""
+
+    def setup(tx: Tx) -> None:
+        tx.flows.insert(_flow("r1"))
+        tx.state.write("r1", "A", StoredValue(value=msgspec.Raw(b"1"), size=1))
+        tx.channels.publish("r1", "C", "m1", b"1")
+
+    await store.run(setup)
+    ready = [
+        ReadyTask(
+            run_id="r1",
+            flow_id="f-r1",
+            flow_type="T",
+            execution_id=f"S-{n}",
+            kind="execute",
+            attempt=1,
+            locks=[],
+            timeout_s=60.0,
+            heartbeat_timeout_s=None,
+            record=_exec("r1", f"S-{n}"),
+        )
+        for n in range(3)
+    ]
+    reads: list[str] = []
+
+    def job(tx: Tx) -> None:
+        flow = tx.flows.get("r1")
+        assert flow is not None
+        for r in ready:
+            assert r.record is not None
+            tx.executions.put(r.record)
+        real = tx.state.snapshot_later
+
+        def counted(run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+            reads.append(run_id)
+            real(run_id, fill)
+
+        tx.state.snapshot_later = counted  # type: ignore[method-assign]
+        try:
+            prebuild(tx, flow, Effects(ready=list(ready)))
+        finally:
+            tx.state.snapshot_later = real  # type: ignore[method-assign]
+
+    await store.run(job)
+    assert reads == ["r1"]
+    for r in ready:
+        assert r.task is not None and r.task.step_execution_id == r.execution_id
+        assert r.task.attributes == {"A": msgspec.Raw(b"1")}
+        assert r.task.channel_sizes == {"C": 1}
 
 
 async def test_flow_update_keeps_the_indexed_columns(store: Store) -> None:
