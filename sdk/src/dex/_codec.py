@@ -14,7 +14,7 @@ import math
 import sys
 import threading
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -71,6 +71,22 @@ def type_name(tp: object) -> str:
     if isinstance(tp, type) and typing.get_origin(tp) is None:
         return tp.__qualname__
     return repr(tp).replace("typing.", "")
+
+
+def _non_finite(obj: object) -> bool:
+    """Whether ``obj`` (builtins) holds a NaN or an infinity (no paths built: the usual case)."""
+    if isinstance(obj, float):
+        return not math.isfinite(obj)
+    if isinstance(obj, dict):
+        items: Iterable[object] = obj.values()
+    elif isinstance(obj, list | tuple):
+        items = obj
+    else:
+        return False
+    for item in items:
+        if _non_finite(item):
+            return True
+    return False
 
 
 def _check_finite(obj: object, path: str) -> None:
@@ -180,7 +196,9 @@ class TypeCodec:
             # msgspec writes NaN and infinities as null: only output holding a null can
             # hide one, and only then is the value walked to find and name it.
             if self._may_hold_float and b"null" in data:
-                _check_finite(msgspec.to_builtins(value, order="sorted"), "$")
+                builtins = msgspec.to_builtins(value, order="sorted")
+                if _non_finite(builtins):
+                    _check_finite(builtins, "$")
             self._decoder.decode(data)  # validates against the declared type
         except ValueMappingError:
             raise
@@ -196,7 +214,8 @@ class TypeCodec:
             builtins = self._adapter.dump_python(validated, mode="json")
         except (pydantic.ValidationError, TypeError, ValueError) as exc:
             raise ValueMappingError("encode", f"value does not match {self._name}: {exc}") from exc
-        _check_finite(builtins, "$")
+        if _non_finite(builtins):
+            _check_finite(builtins, "$")
         return _ENCODER.encode(msgspec.to_builtins(builtins, order="sorted"))
 
     def decode(self, data: bytes) -> Any:

@@ -1,0 +1,166 @@
+"""Instructions per agent turn: a machine-independent cost figure, counted by valgrind.
+
+    uv run python bench/agent_turn_ir.py [--turns 20] [--sessions 5]
+
+Wall and CPU time of a turn swing by ±30 % from run to run on a shared 2-core machine, so
+a change of a few percent cannot be seen in them. This bench counts instructions instead
+(``valgrind --tool=callgrind``), which repeat to within a fraction of a percent. It runs
+the turn of ``bench/agent_turn.py`` (a model call asking for three tools, the three tool
+Steps, a second model call) in one process: an embedded server on SQLite (fsync on), the
+agent Worker linked in-process, and the Client sending each ``send_user_message`` over
+HTTP; each turn is awaited on the server's own commit of the Step that follows it (no
+polling, so no request of the bench's own lands in the count). Everything the turn costs
+in the engine is counted: the client's request, the server's HTTP, RPC, Step and store
+work, SQLite, and the Worker's handlers; the in-process link replaces the WebSocket, so
+the WebSocket layers are not in it.
+
+The process runs twice, once with ``--sessions`` turns and once with ``--sessions +
+--turns`` turns (after the same start-up); the difference divided by ``--turns`` is the
+figure, so start-up and imports cancel out. Needs ``valgrind`` on the PATH (Debian's
+package); each run takes a minute or two. The last line is::
+
+    agent_turn_ir instructions_per_turn=... turns=... sessions=...
+
+``bench/compare.py --a A --b B -- bench/agent_turn_ir.py`` gives the ratio of two builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROLE_ENV = "AGENT_TURN_IR_TURNS"
+
+
+async def run_turns(sessions: int, turns: int) -> None:
+    """The counted process: start ``sessions`` sessions, then run ``turns`` turns in turn."""
+    import logging
+
+    sys.path.insert(0, str(HERE))
+    import agent_turn
+    from dex import (
+        AsyncClient,
+        AsyncWorker,
+        ClientOptions,
+        PullWorkerOptions,
+        Registry,
+        WorkerOptions,
+    )
+    from dex_agents import AgentSessionClient
+    from dex_server.app import ServerConfig
+    from dex_server.embedded import EmbeddedServer
+    from dex_server.service import _runtime
+    from dex_server.service._common import Effects
+
+    logging.disable(logging.INFO)
+    waiting: dict[str, asyncio.Event] = {}
+    apply = _runtime.Runtime.apply
+
+    def applied(self: _runtime.Runtime, eff: Effects) -> None:
+        apply(self, eff)
+        # a session's turn is over once its next wait for a user message is scheduled
+        for ready in eff.ready:
+            if ready.kind == "wait_for" and ready.execution_id.startswith("AwaitUserMessage"):
+                event = waiting.get(ready.flow_id)
+                if event is not None:
+                    event.set()
+
+    _runtime.Runtime.apply = applied  # type: ignore[method-assign]
+    flow = agent_turn.build_flow()
+    registry = Registry([flow], allow_async_handlers=True)
+    workdir = Path(tempfile.mkdtemp(prefix="dex-turn-ir-"))
+    config = ServerConfig(database_path=workdir / "bench.sqlite3", port=0)
+    try:
+        async with EmbeddedServer(config=config, name="turn-ir") as server:
+            options = WorkerOptions(
+                server_address=server.worker_address,
+                pull=PullWorkerOptions(max_concurrent_tasks=32),
+            )
+            worker = AsyncWorker(registry, None, options)
+            serving = asyncio.create_task(worker.start())
+            await worker.wait_pull_registered(600)
+            client = AsyncClient(registry, None, ClientOptions(server_address=server.address))
+            agents = AgentSessionClient(client, flow)
+            ids = [f"s{n}" for n in range(sessions)]
+
+            async def until_waiting(session_id: str, send: str | None) -> None:
+                waiting[session_id] = asyncio.Event()
+                if send is None:
+                    await agents.start_session(session_id)
+                else:
+                    await agents.send_user_message(session_id, send)
+                await asyncio.wait_for(waiting[session_id].wait(), 600)
+
+            for session_id in ids:
+                await until_waiting(session_id, None)
+            for n in range(turns):
+                await until_waiting(ids[n % sessions], f"go {n}")
+            await client.close()
+            await worker.stop()
+            await serving
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def count(sessions: int, turns: int, workdir: Path) -> int:
+    """Instructions of one counted process running ``turns`` turns."""
+    out = workdir / f"callgrind.{turns}.out"
+    env = {**os.environ, ROLE_ENV: f"{sessions},{turns}"}
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        str(Path(__file__).resolve()),
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the counted run failed:\n{done.stderr[-3000:]}")
+    for line in out.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals line in {out}")
+
+
+def main() -> None:
+    role = os.environ.get(ROLE_ENV)
+    if role is not None:
+        sessions, turns = (int(x) for x in role.split(","))
+        try:  # the loop the server runs on
+            import uvloop
+        except ImportError:
+            asyncio.run(run_turns(sessions, turns))
+        else:
+            uvloop.run(run_turns(sessions, turns))
+        return
+    parser = argparse.ArgumentParser(description="Instructions per agent turn (valgrind).")
+    parser.add_argument("--turns", type=int, default=20, help="turns counted (default 20)")
+    parser.add_argument(
+        "--sessions", type=int, default=5, help="sessions, one warm-up turn each (default 5)"
+    )
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    workdir = Path(tempfile.mkdtemp(prefix="dex-turn-ir-"))
+    try:
+        base = count(args.sessions, args.sessions, workdir)
+        more = count(args.sessions, args.sessions + args.turns, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    per_turn = (more - base) / args.turns
+    print(f"{args.turns} turns cost {more - base:,} instructions beyond the warm-up")
+    print(
+        f"agent_turn_ir instructions_per_turn={per_turn:.0f} turns={args.turns}"
+        f" sessions={args.sessions}"
+    )
+
+
+if __name__ == "__main__":
+    main()
