@@ -72,25 +72,25 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
     def handle_text(self, event: Frame) -> None:
         if self._sink is None:
             super().handle_text(event)
-            return
-        self.curr_msg_data_type = "text"
-        self.frames = [event.data]  # type: ignore[list-item]
-        if event.fin:
-            self._deliver()
+        else:
+            self._take(event, first=True)
 
     def handle_bytes(self, event: Frame) -> None:
         if self._sink is None:
             super().handle_bytes(event)
-            return
-        self.curr_msg_data_type = "bytes"
-        self.frames = [event.data]  # type: ignore[list-item]
-        if event.fin:
-            self._deliver()
+        else:
+            self._take(event, first=True)
 
     def handle_cont(self, event: Frame) -> None:
         if self._sink is None:
             super().handle_cont(event)
-            return
+        else:
+            self._take(event, first=False)
+
+    def _take(self, event: Frame, *, first: bool) -> None:
+        # text and binary alike: the sink gets the bytes (JSON decodes from either)
+        if first:
+            self.frames = []
         self.frames.append(event.data)  # type: ignore[arg-type]
         if event.fin:
             self._deliver()
