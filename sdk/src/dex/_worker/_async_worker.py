@@ -28,7 +28,7 @@ from dex._worker._blobs import BlobResolver
 from dex._worker._logs import install_default_handler
 from dex._worker._options import DEFAULT_ASYNC_TASK_SLOTS, WorkerOptions, WorkerTarget
 from dex._worker._registration import PullQueueRegistrationState, PullRegistrationState
-from dex._worker._session import RegistrationRejectedError, Session
+from dex._worker._session import DirectConnection, RegistrationRejectedError, Session
 from dex._worker._stats import WorkerStats
 from dex.errors import PullRegistrationError
 
@@ -435,6 +435,7 @@ class AsyncWorker:
             max_size=_MAX_FRAME_BYTES,
             compression=None,
             open_timeout=_REGISTER_TIMEOUT_S,
+            create_connection=DirectConnection,
         )
 
     def retry_policy(self, task: Task) -> RetryPolicySpec | None:

@@ -20,11 +20,14 @@ import logging
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Raw
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
 
 from dex._protocol import (
     MAX_RESUME_TASK_IDS,
@@ -75,6 +78,46 @@ _BATCH_MAX_BYTES = 1024 * 1024
 
 class SessionLostError(ConnectionError):
     """The connection to the server closed while a task waited on it."""
+
+
+_DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
+class DirectConnection(ClientConnection):
+    """websockets' asyncio client connection that can hand each message to a callback.
+
+    With ``sink`` set, every complete data message goes to it from the connection's read
+    callback (as bytes; JSON decodes from them), past the message queue and the reader's
+    wake-up; pings, the close handshake, limits and keepalive stay websockets'. A ``sink``
+    that raises ends the connection and is kept in ``sink_error``.
+    """
+
+    sink: Callable[[bytes], None] | None = None
+    sink_error: Exception | None = None
+    _parts: list[bytes]
+
+    def process_event(self, event: Any) -> None:
+        sink = self.sink
+        if sink is None or not isinstance(event, Frame) or event.opcode not in _DATA_OPCODES:
+            super().process_event(event)
+            return
+        if event.opcode is not Opcode.CONT:
+            self._parts = []
+        self._parts.append(bytes(event.data))
+        if not event.fin:
+            return
+        parts, self._parts = self._parts, []
+        try:
+            sink(parts[0] if len(parts) == 1 else b"".join(parts))
+        except Exception as exc:
+            self.sink, self.sink_error = None, exc
+            self.transport.abort()
+
+
+def _buffered(ws: ClientConnection) -> int | None:
+    """Frames websockets holds for ``recv()`` (None: this version keeps them elsewhere)."""
+    frames = getattr(getattr(ws, "recv_messages", None), "frames", None)
+    return len(frames) if frames is not None and hasattr(frames, "__len__") else None
 
 
 class _TaskIO:
@@ -162,6 +205,9 @@ class Session:
         self._grace_s = 0.0
         self._max_frame = _DEFAULT_MAX_FRAME_BYTES
         self._batches = False  # the server reads WorkerBatch frames
+        # the connection frames are written to from a callback, not by the writer task
+        self._direct: DirectConnection | None = None
+        self._flush_due = False
 
     @property
     def connected(self) -> bool:
@@ -265,6 +311,9 @@ class Session:
         """Run until the connection closes; running tasks then wait for a reconnect."""
         ws = self._ws
         assert ws is not None
+        if isinstance(ws, DirectConnection) and _buffered(ws) is not None:
+            await self._serve_direct(ws)
+            return
         writer = asyncio.create_task(self._write_loop(ws), name="dex-worker-writer")
         try:
             async for message in ws:
@@ -276,6 +325,56 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
             self._detach()
+
+    async def _serve_direct(self, ws: DirectConnection) -> None:
+        """``serve`` with the frames handled in ws's read callback and written at once."""
+        try:
+            # what came with Registered waits in websockets' buffer: it goes first
+            while _buffered(ws):
+                self._on_frame(await ws.recv())
+            ws.sink = self._on_frame
+            self._direct = ws
+            self._flush_soon()
+            await ws.wait_closed()
+        except ConnectionClosed:
+            pass
+        finally:
+            ws.sink = None
+            self._direct = None
+            self._detach()
+        if ws.sink_error is not None:
+            raise ws.sink_error
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due and self._out:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_direct)
+
+    def _flush_direct(self) -> None:
+        """Write what is queued (batched like ``_write_loop``) on the direct connection."""
+        self._flush_due = False
+        ws = self._direct
+        if ws is None or self._ws is not ws:
+            return
+        while self._out:
+            if ws.protocol.state is not State.OPEN:
+                return  # closing: the frames wait for the next connection (see serve)
+            items = self._take_batch()
+            for task_id, data, is_result in items:
+                if is_result:
+                    self._remember_result(task_id, data)
+            message = items[0][1] if len(items) == 1 else encode_batch([i[1] for i in items])
+            try:
+                ws.protocol.send_text(message)
+                ws.send_data()
+            except Exception:  # not sent: they wait for the next connection
+                self._out.extendleft(reversed(items))
+                for task_id, _, is_result in items:
+                    if is_result:
+                        self._forget_result(task_id)
+                ws.transport.abort()
+                return
+        self._flushed.set()
 
     def _detach(self) -> None:
         self._ws = None
@@ -443,7 +542,10 @@ class Session:
         self._out.append((task_id, data, result))
         if self._ws is not None:
             self._flushed.clear()
-            self._out_ready.set()
+            if self._direct is not None:
+                self._flush_soon()
+            else:
+                self._out_ready.set()
 
     def encode_within_limit(self, frame: Any, what: str) -> bytes:
         """Encode ``frame`` for a handler's call.
