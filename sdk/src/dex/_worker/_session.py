@@ -359,19 +359,12 @@ class Session:
         while self._out:
             if ws.protocol.state is not State.OPEN:
                 return  # closing: the frames wait for the next connection (see serve)
-            items = self._take_batch()
-            for task_id, data, is_result in items:
-                if is_result:
-                    self._remember_result(task_id, data)
-            message = items[0][1] if len(items) == 1 else encode_batch([i[1] for i in items])
+            items, message = self._next_message()
             try:
                 ws.protocol.send_text(message)
                 ws.send_data()
-            except Exception:  # not sent: they wait for the next connection
-                self._out.extendleft(reversed(items))
-                for task_id, _, is_result in items:
-                    if is_result:
-                        self._forget_result(task_id)
+            except Exception:
+                self._unsent(items)
                 ws.transport.abort()
                 return
         self._flushed.set()
@@ -608,20 +601,29 @@ class Session:
             await self._out_ready.wait()
             self._out_ready.clear()
             while self._out:
-                items = self._take_batch()
-                for task_id, data, is_result in items:
-                    if is_result:
-                        self._remember_result(task_id, data)
-                message = items[0][1] if len(items) == 1 else encode_batch([i[1] for i in items])
+                items, message = self._next_message()
                 try:
                     await ws.send(message, text=True)
-                except ConnectionClosed:  # not sent: they wait for the next connection
-                    self._out.extendleft(reversed(items))
-                    for task_id, _, is_result in items:
-                        if is_result:
-                            self._forget_result(task_id)
+                except ConnectionClosed:
+                    self._unsent(items)
                     return
             self._flushed.set()
+
+    def _next_message(self) -> tuple[list[tuple[str, bytes, bool]], bytes]:
+        """The next frames to send and their message; their results count as sent."""
+        items = self._take_batch()
+        for task_id, data, is_result in items:
+            if is_result:
+                self._remember_result(task_id, data)
+        message = items[0][1] if len(items) == 1 else encode_batch([i[1] for i in items])
+        return items, message
+
+    def _unsent(self, items: list[tuple[str, bytes, bool]]) -> None:
+        """Frames the connection did not take: they wait for the next connection."""
+        self._out.extendleft(reversed(items))
+        for task_id, _, is_result in items:
+            if is_result:
+                self._forget_result(task_id)
 
     def _take_batch(self) -> list[tuple[str, bytes, bool]]:
         """The next frames to send as one message (one, without the server's batch support)."""
