@@ -103,7 +103,7 @@ async def test_heartbeat_timeout_and_last_heartbeat_value(stack: Stack) -> None:
     await stack.client.start_flow(time_flows.HEARTBEAT_TIMEOUT_FLOW, flow_id, flow_id)
     result = await stack.client.wait_for_flow(flow_id, timeout=20)
     outcome = result.single_output(HeartbeatOutcome)
-    # attempt 2 ran 1.5 s (> the 0.6 s heartbeat timeout) and survived by heartbeating
+    # attempt 2 ran 2 s (> the 1 s heartbeat timeout) and survived by heartbeating
     assert outcome.attempt == 2
     assert outcome.previous_checkpoint == "checkpoint-1"
     assert outcome.beats >= 10

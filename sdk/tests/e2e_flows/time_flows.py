@@ -159,10 +159,11 @@ class HeartbeatOutcome:
 
 
 class GoesQuiet(Step[str]):
-    """Attempt 1 heartbeats a checkpoint, then goes quiet past the 0.6 s heartbeat timeout.
+    """Attempt 1 heartbeats a checkpoint, then goes quiet past the 1 s heartbeat timeout.
 
-    Attempt 2 runs for 1.5 s (longer than the heartbeat timeout) but heartbeats every
-    0.1 s, so it survives and sees attempt 1's checkpoint.
+    Attempt 2 runs for 2 s (twice the heartbeat timeout) but heartbeats every 0.1 s, so it
+    survives and sees attempt 1's checkpoint. The timeout leaves ten heartbeats of margin:
+    on a loaded machine a 0.6 s one saw a 0.5 s stall of the loop end attempt 2.
     """
 
     async def execute(self, ctx: Context, input: str) -> StepDecision:
@@ -175,7 +176,7 @@ class GoesQuiet(Step[str]):
             context.get_last_heartbeat_value(str) if context.has_last_heartbeat_value() else None
         )
         beats = 0
-        deadline = time.monotonic() + 1.5
+        deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             await context.heartbeat()
             beats += 1
@@ -186,7 +187,7 @@ class GoesQuiet(Step[str]):
 
     def get_step_options(self) -> StepOptions:
         return StepOptions(
-            heartbeat_timeout=timedelta(seconds=0.6),
+            heartbeat_timeout=timedelta(seconds=1),
             execute_method_timeout=timedelta(seconds=20),
             execute_retry=RetryPolicy(initial_interval=timedelta(seconds=0.1)),
         )
