@@ -50,11 +50,12 @@ def server() -> Iterator[tuple[str, list[str]]]:
         httpd.server_close()
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "httpx"])
 async def test_paths_params_and_a_base_path_reach_the_server_as_before(
-    server: tuple[str, list[str]],
+    server: tuple[str, list[str]], lean: bool
 ) -> None:
     address, seen = server
-    transport = HttpTransport(address + "/dex", credential=None, timeout=5)
+    transport = HttpTransport(address + "/dex", credential=None, timeout=5, lean=lean)
     try:
         for _ in range(2):  # the second time from the cache
             await transport.raw("GET", "/v1/flows/a%2Fb%20c/history", params={"page_size": "5"})
@@ -70,7 +71,7 @@ async def test_paths_params_and_a_base_path_reach_the_server_as_before(
 
 async def test_the_url_cache_stays_bounded(server: tuple[str, list[str]]) -> None:
     address, seen = server
-    transport = HttpTransport(address, credential=None, timeout=5)
+    transport = HttpTransport(address, credential=None, timeout=5, lean=False)
     try:
         for n in range(_MAX_CACHED_URLS + 10):
             await transport.raw("GET", f"/v1/flows/f{n}")

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import httpx
 import msgspec
 
-from dex._credential import CredentialLike, bearer_auth
+from dex._credential import CredentialLike, bearer_auth, resolve_token
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
 from dex.errors import DexError, DexServiceError, FeatureNotAvailableError, error_from_code
+
+if TYPE_CHECKING:
+    from dex._http1 import Http1Pool
 
 T = TypeVar("T")
 
@@ -86,8 +90,24 @@ def auth_headers(credential: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
+class HttpAnswer(Protocol):
+    """What the SDK reads of an HTTP answer: ``httpx.Response`` or the lean client's."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def reason_phrase(self) -> str: ...
+
+
 def error_from_response(
-    response: httpx.Response, flow_id: str | None = None, operation: str = ""
+    response: HttpAnswer, flow_id: str | None = None, operation: str = ""
 ) -> DexError:
     """Build the SDK exception for a non-2xx response (``ApiError`` body, else by HTTP status).
 
@@ -154,6 +174,9 @@ _RETRYABLE_TRANSPORT = (
 # Long polls hold a connection for up to a minute each; they get their own pool, so that
 # a few hundred waiting calls never queue the client's other requests behind them.
 _LONG_POLL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+# httpx's default pool limits, which the lean client keeps for ordinary requests
+_MAX_CONNECTIONS = 100
+_MAX_IDLE = 20
 
 
 _MAX_CACHED_URLS = 1024
@@ -162,10 +185,13 @@ _MAX_CACHED_URLS = 1024
 class HttpTransport:
     """A small JSON-over-HTTP caller bound to one server.
 
-    Ordinary requests share one ``httpx.AsyncClient`` pool (httpx's defaults: 100
-    connections); long polls (``long_poll=True``) use a second pool of up to 1,000
-    connections, opened on the first long poll. A caller-given ``http`` client serves both.
-    Not thread-safe: use it from the event loop that created it.
+    Ordinary requests share one connection pool (100 connections, 20 kept idle); long
+    polls (``long_poll=True``) use a second pool of up to 1,000 connections, opened on the
+    first long poll. A plain ``http://`` server without an HTTP proxy in the environment
+    is served by the lean HTTP/1.1 client of ``dex._http1`` (a fraction of httpx's CPU per
+    request); ``https://``, proxies, a caller-given ``http`` client (which then serves
+    both pools) and ``lean=False`` go through httpx. Not thread-safe: use it from the
+    event loop that created it.
     """
 
     def __init__(
@@ -175,6 +201,7 @@ class HttpTransport:
         credential: CredentialLike,
         timeout: float | None,
         http: httpx.AsyncClient | None = None,
+        lean: bool = True,
     ) -> None:
         # imported here: the Worker package imports this module
         from dex._worker import _inproc
@@ -194,6 +221,19 @@ class HttpTransport:
         # absolute URLs by path, parsed once: httpx parses a relative one twice per request
         # (about 60 us); only for our own clients, whose base URL is ours
         self._urls: dict[str, httpx.URL] | None = {} if http is None else None
+        self._credential = credential
+        self._lean: Http1Pool | None = None
+        self._lean_polls: Http1Pool | None = None
+        if http is None and lean:
+            # imported here: a process that never sends a request (a server) does without it
+            from dex._http1 import Http1Pool, plain_http_target
+
+            target = plain_http_target(self.base_url)
+            if target is not None:
+                self._lean = Http1Pool(
+                    *target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE
+                )
+                self._lean_polls = Http1Pool(*target, max_connections=1000, max_idle=1000)
 
     def _poll_client(self) -> httpx.AsyncClient:
         if self._polls is None:
@@ -255,29 +295,35 @@ class HttpTransport:
         flow_id: str | None = None,
         idempotent: bool = False,
         long_poll: bool = False,
-    ) -> httpx.Response:
+    ) -> HttpAnswer:
         """Send one request and return the 2xx response; raise the mapped error otherwise.
 
         GET requests, and others marked ``idempotent``, are sent again (twice at most)
         when the connection fails before an answer arrives. ``long_poll`` sends it on the
         long-poll pool.
         """
-        http = self._poll_client() if long_poll else self._http
-        url: httpx.URL | str = path
-        urls = self._urls
-        if urls is not None:
-            found = urls.get(path)
-            if found is None:
-                if len(urls) >= _MAX_CACHED_URLS:
-                    urls.clear()
-                found = urls[path] = httpx.URL(self.base_url + path)
-            url = found
         content = None if body is None else encoder.encode(body)
         headers = {"Content-Type": "application/json"} if content is not None else {}
-        retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
-        for delay in (*_RETRY_DELAYS_S, None):
-            try:
-                response = await http.request(
+        send: Callable[[], Awaitable[HttpAnswer]]
+        lean = self._lean_polls if long_poll else self._lean
+        if lean is not None:
+            if self._auth is not None:
+                token = await resolve_token(self._credential)
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+            limit = self.timeout if timeout is None else timeout
+
+            def send() -> Awaitable[HttpAnswer]:
+                return lean.request(
+                    method, path, content=content, params=params, headers=headers, timeout=limit
+                )
+
+        else:
+            http = self._poll_client() if long_poll else self._http
+            url = self._url(path)
+
+            def send() -> Awaitable[HttpAnswer]:
+                return http.request(
                     method,
                     url,
                     content=content,
@@ -285,6 +331,11 @@ class HttpTransport:
                     headers=headers,
                     timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout),
                 )
+
+        retry_on = _RETRYABLE_TRANSPORT if idempotent or method == "GET" else ()
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                response = await send()
                 break
             except retry_on as exc:
                 # A pooled keep-alive connection the server just closed fails like this;
@@ -302,8 +353,22 @@ class HttpTransport:
             raise error_from_response(response, flow_id, operation_of(method, path))
         return response
 
+    def _url(self, path: str) -> httpx.URL | str:
+        urls = self._urls
+        if urls is None:
+            return path
+        found = urls.get(path)
+        if found is None:
+            if len(urls) >= _MAX_CACHED_URLS:
+                urls.clear()
+            found = urls[path] = httpx.URL(self.base_url + path)
+        return found
+
     async def aclose(self) -> None:
         """Close both connection pools."""
+        if self._lean is not None and self._lean_polls is not None:
+            await self._lean.aclose()
+            await self._lean_polls.aclose()
         await self._http.aclose()
         if self._polls is not None and self._polls is not self._http:
             await self._polls.aclose()
