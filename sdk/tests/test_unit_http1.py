@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import httpx
 import pytest
 from dex._http1 import Http1Pool, plain_http_target
 from dex._transport import HttpTransport
@@ -114,11 +113,11 @@ async def transport(address: str, **kwargs: object) -> AsyncIterator[HttpTranspo
 
 async def test_requests_share_one_kept_alive_connection() -> None:
     async with Server(keep_alive) as server, transport(server.address) as t:
-        assert t._lean is not None  # the lean client serves plain http://
         for n in range(20):
             got = await t.raw("POST", f"/v1/flows/f{n}/rpc", body={"n": n})
             assert got.content == b'{"ok":true}'
         await t.raw("GET", "/v1/health", params={"a": "b c"})
+        assert t._lean is not None  # the lean client served plain http://
     assert server.connections == 1
     first = server.requests[0]
     assert first.startswith(b"POST /v1/flows/f0/rpc HTTP/1.1\r\n")
@@ -289,5 +288,16 @@ def test_https_proxies_and_user_info_go_through_httpx(monkeypatch: pytest.Monkey
     assert plain_http_target("http://user:pw@localhost:8801") is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     assert plain_http_target("http://localhost:8801") is None
-    t = HttpTransport("localhost:8801", credential=None, timeout=5)
-    assert t._lean is None and isinstance(t._http, httpx.AsyncClient)
+
+
+async def test_with_a_proxy_in_the_environment_requests_go_through_httpx(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with Server(keep_alive) as server:
+        monkeypatch.setenv("HTTP_PROXY", f"http://{server.address}")
+        monkeypatch.setenv("NO_PROXY", "")
+        async with transport("dex.invalid:8801") as t:
+            await t.raw("GET", "/v1/health")
+            assert t._lean is None and not t._lean_wanted
+    # httpx sent it to the proxy, in the absolute form a proxy gets
+    assert server.requests[0].startswith(b"GET http://dex.invalid:8801/v1/health HTTP/1.1")

@@ -222,18 +222,11 @@ class HttpTransport:
         # (about 60 us); only for our own clients, whose base URL is ours
         self._urls: dict[str, httpx.URL] | None = {} if http is None else None
         self._credential = credential
+        # the lean pools are made at the first request: a process that never sends one
+        # (a server, a Worker without large values) does not even import their module
+        self._lean_wanted = http is None and lean
         self._lean: Http1Pool | None = None
         self._lean_polls: Http1Pool | None = None
-        if http is None and lean:
-            # imported here: a process that never sends a request (a server) does without it
-            from dex._http1 import Http1Pool, plain_http_target
-
-            target = plain_http_target(self.base_url)
-            if target is not None:
-                self._lean = Http1Pool(
-                    *target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE
-                )
-                self._lean_polls = Http1Pool(*target, max_connections=1000, max_idle=1000)
 
     def _poll_client(self) -> httpx.AsyncClient:
         if self._polls is None:
@@ -305,7 +298,7 @@ class HttpTransport:
         content = None if body is None else encoder.encode(body)
         headers = {"Content-Type": "application/json"} if content is not None else {}
         send: Callable[[], Awaitable[HttpAnswer]]
-        lean = self._lean_polls if long_poll else self._lean
+        lean = self._lean_pool(long_poll) if self._lean_wanted else None
         if lean is not None:
             if self._auth is not None:
                 token = await resolve_token(self._credential)
@@ -352,6 +345,18 @@ class HttpTransport:
         if response.status_code >= 300:
             raise error_from_response(response, flow_id, operation_of(method, path))
         return response
+
+    def _lean_pool(self, long_poll: bool) -> Http1Pool | None:
+        if self._lean is None or self._lean_polls is None:
+            from dex._http1 import Http1Pool, plain_http_target
+
+            target = plain_http_target(self.base_url)
+            if target is None:  # https, or a proxy: httpx serves every request
+                self._lean_wanted = False
+                return None
+            self._lean = Http1Pool(*target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE)
+            self._lean_polls = Http1Pool(*target, max_connections=1000, max_idle=1000)
+        return self._lean_polls if long_poll else self._lean
 
     def _url(self, path: str) -> httpx.URL | str:
         urls = self._urls
