@@ -95,7 +95,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._waiter is None or self._waiter.done():
             # bytes nobody asked for: the connection's framing is lost
-            self._drop()
+            self.close()
             return
         self._buf += data
         try:
@@ -143,7 +143,7 @@ class _Connection(asyncio.Protocol):
         try:
             self.transport.write(data)
         except (OSError, RuntimeError) as exc:
-            self._drop()
+            self.close()
             raise httpx.WriteError(str(exc)) from exc
         return self._waiter
 
@@ -153,17 +153,14 @@ class _Connection(asyncio.Protocol):
         return self._reusable and not self.closed and self.transport is not None
 
     def close(self) -> None:
-        self._drop()
-
-    # internals -------------------------------------------------------------------------
-
-    def _drop(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
 
+    # internals -------------------------------------------------------------------------
+
     def _fail(self, exc: Exception) -> None:
-        self._drop()
+        self.close()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
@@ -173,7 +170,7 @@ class _Connection(asyncio.Protocol):
         self._waiter = None
         self._buf.clear()
         if not self._reusable:
-            self._drop()
+            self.close()
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 
@@ -190,7 +187,6 @@ class _Connection(asyncio.Protocol):
             if self._head[2].get("connection", "").lower() == "close":
                 self._reusable = False
         status, reason, headers = self._head
-        body = buf[self._body_at :]
         if status in (204, 304) or 100 <= status < 200:
             return Answer(status, reason, headers, b"")
         length = headers.get("content-length")
@@ -199,16 +195,17 @@ class _Connection(asyncio.Protocol):
                 n = int(length)
             except ValueError:
                 raise httpx.RemoteProtocolError(f"bad Content-Length {length!r}") from None
-            if len(body) < n:
+            have = len(buf) - self._body_at
+            if have < n:
                 return None
-            if len(body) > n:
+            if have > n:
                 raise httpx.RemoteProtocolError("more bytes than the answer's Content-Length")
-            return Answer(status, reason, headers, bytes(body))
+            return Answer(status, reason, headers, bytes(buf[self._body_at :]))
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            return _dechunk(status, reason, headers, body)
+            return _dechunk(status, reason, headers, buf[self._body_at :])
         # no framing: the body runs until the server closes the connection
         self._reusable = False
-        return Answer(status, reason, headers, bytes(body)) if eof else None
+        return Answer(status, reason, headers, bytes(buf[self._body_at :])) if eof else None
 
 
 def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
@@ -222,8 +219,6 @@ def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
         raise httpx.RemoteProtocolError(f"bad status line {lines[0][:80]!r}") from None
     reason = parts[2] if len(parts) > 2 else ""
     headers: dict[str, str] = {}
-    if parts[0] == "HTTP/1.0":
-        headers["connection"] = "close"  # no keep-alive without the header below
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep:
@@ -231,8 +226,8 @@ def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
         key = name.strip().lower()
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    if parts[0] == "HTTP/1.0" and headers["connection"].lower().endswith("keep-alive"):
-        headers["connection"] = "keep-alive"
+    if parts[0] == "HTTP/1.0" and "keep-alive" not in headers.get("connection", "").lower():
+        headers["connection"] = "close"  # HTTP/1.0 keeps a connection only when asked to
     return status, reason, headers
 
 
@@ -289,9 +284,8 @@ class Http1Pool:
         self._open = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
-        hostport = host if port == 80 else f"{host}:{port}"
-        if ":" in host and not host.startswith("["):
-            hostport = f"[{host}]" if port == 80 else f"[{host}]:{port}"
+        name = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
+        hostport = name if port == 80 else f"{name}:{port}"
         self._host_header = f"Host: {hostport}\r\n".encode("latin-1")
 
     async def request(

@@ -173,7 +173,10 @@ _RETRYABLE_TRANSPORT = (
 
 # Long polls hold a connection for up to a minute each; they get their own pool, so that
 # a few hundred waiting calls never queue the client's other requests behind them.
-_LONG_POLL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+_LONG_POLL_CONNECTIONS = 1000
+_LONG_POLL_LIMITS = httpx.Limits(
+    max_connections=_LONG_POLL_CONNECTIONS, max_keepalive_connections=_LONG_POLL_CONNECTIONS
+)
 # httpx's default pool limits, which the lean client keeps for ordinary requests
 _MAX_CONNECTIONS = 100
 _MAX_IDLE = 20
@@ -225,8 +228,7 @@ class HttpTransport:
         # the lean pools are made at the first request: a process that never sends one
         # (a server, a Worker without large values) does not even import their module
         self._lean_wanted = http is None and lean
-        self._lean: Http1Pool | None = None
-        self._lean_polls: Http1Pool | None = None
+        self._lean: tuple[Http1Pool, Http1Pool] | None = None  # (ordinary, long polls)
 
     def _poll_client(self) -> httpx.AsyncClient:
         if self._polls is None:
@@ -347,16 +349,22 @@ class HttpTransport:
         return response
 
     def _lean_pool(self, long_poll: bool) -> Http1Pool | None:
-        if self._lean is None or self._lean_polls is None:
+        if self._lean is None:
             from dex._http1 import Http1Pool, plain_http_target
 
             target = plain_http_target(self.base_url)
             if target is None:  # https, or a proxy: httpx serves every request
                 self._lean_wanted = False
                 return None
-            self._lean = Http1Pool(*target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE)
-            self._lean_polls = Http1Pool(*target, max_connections=1000, max_idle=1000)
-        return self._lean_polls if long_poll else self._lean
+            self._lean = (
+                Http1Pool(*target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE),
+                Http1Pool(
+                    *target,
+                    max_connections=_LONG_POLL_CONNECTIONS,
+                    max_idle=_LONG_POLL_CONNECTIONS,
+                ),
+            )
+        return self._lean[1 if long_poll else 0]
 
     def _url(self, path: str) -> httpx.URL | str:
         urls = self._urls
@@ -371,9 +379,8 @@ class HttpTransport:
 
     async def aclose(self) -> None:
         """Close both connection pools."""
-        if self._lean is not None and self._lean_polls is not None:
-            await self._lean.aclose()
-            await self._lean_polls.aclose()
+        for pool in self._lean or ():
+            await pool.aclose()
         await self._http.aclose()
         if self._polls is not None and self._polls is not self._http:
             await self._polls.aclose()
