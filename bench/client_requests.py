@@ -28,17 +28,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import dex
-from step_overhead import database_args, start_server, stop
-
-
-def cpu_s(pid: int) -> float:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # the thread ended meanwhile
-    return total / 1e9
+from step_overhead import database_args, process_counters, start_server, stop
 
 
 async def measure(
@@ -53,10 +43,12 @@ async def measure(
         for _ in queue:
             await call()
 
-    client0, server0, wall0 = cpu_s(os.getpid()), cpu_s(server), time.perf_counter()
+    client0, server0 = process_counters(os.getpid())[0], process_counters(server)[0]
+    wall0 = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     wall = time.perf_counter() - wall0
-    client, served = cpu_s(os.getpid()) - client0, cpu_s(server) - server0
+    client = process_counters(os.getpid())[0] - client0
+    served = process_counters(server)[0] - server0
     per = 1e6 / requests
     return wall * per * concurrency, client * per, served * per
 
