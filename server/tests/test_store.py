@@ -92,6 +92,82 @@ async def test_wal_restarts_under_sustained_writes(
     assert conn.execute("SELECT count(*) FROM flows").fetchone() == (rows,)
 
 
+def _flow(i: int) -> FlowRecord:
+    return FlowRecord(run_id=f"r{i:04}", flow_id=f"f{i:04}", flow_type="T", started_at=0)
+
+
+async def _insert_flows(store: SqliteStore, count: int) -> None:
+    for i in range(count):  # one transaction each
+        flow = _flow(i)
+        await store.run(lambda tx, f=flow: tx.flows.insert(f))  # type: ignore[misc]
+
+
+def _crash_image(folder: Path, into: Path) -> Path:
+    """Copy the database and its WAL as a SIGKILL would leave them (the WAL not copied back)."""
+    into.mkdir()
+    for name in ("db", "db-wal"):
+        (into / name).write_bytes((folder / name).read_bytes())
+    return into / "db"
+
+
+def _flow_count(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        (count,) = conn.execute("SELECT count(*) FROM flows").fetchone()
+        return int(count)
+    finally:
+        conn.close()
+
+
+async def _checkpoint_pass(store: SqliteStore) -> None:
+    seen = store.checkpoint_passes
+    deadline = asyncio.get_running_loop().time() + 20
+    while store.checkpoint_passes == seen:
+        assert asyncio.get_running_loop().time() < deadline, "no checkpoint pass in 20 s"
+        await store.run(lambda tx: None)
+
+
+async def test_zeros_are_written_ahead_of_a_busy_wal_and_read_as_its_empty_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_WAL_AHEAD_BYTES", 64 * 1024)
+    monkeypatch.setattr(_store, "_CHECKPOINT_EVERY_BATCHES", 4)
+    (tmp_path / "a").mkdir()
+    store = SqliteStore(tmp_path / "a" / "db")
+    store.open()
+    wal = tmp_path / "a" / "db-wal"
+    await _insert_flows(store, 40)
+    await _checkpoint_pass(store)
+    await store.run(lambda tx: tx.flows.insert(_flow(40)))  # written over zeros
+    image = _crash_image(tmp_path / "a", tmp_path / "image")
+    size = wal.stat().st_size
+    await store.close()
+    # the tail past the last frame is zeros, and recovery of the crash image stops there
+    data = (tmp_path / "image" / "db-wal").read_bytes()
+    assert size == len(data) and data.endswith(bytes(32 * 1024))
+    assert _flow_count(image) == 41
+
+
+async def test_no_zeros_ahead_for_a_quiet_wal_or_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_CHECKPOINT_EVERY_BATCHES", 4)
+    for name, fsync in (("quiet", True), ("no-fsync", False)):
+        (tmp_path / name).mkdir()
+        if not fsync:
+            monkeypatch.setattr(_store, "_WAL_AHEAD_BYTES", 64 * 1024)
+        store = SqliteStore(tmp_path / name / "db", fsync=fsync)
+        store.open()
+        await _insert_flows(store, 40)
+        await _checkpoint_pass(store)
+        image = _crash_image(tmp_path / name, tmp_path / f"{name}-image")
+        await store.close()
+        data = (image.parent / "db-wal").read_bytes()
+        # frames only: the header and whole 4 KiB pages with their 24-byte headers
+        assert (len(data) - 32) % (24 + 4096) == 0 and not data.endswith(bytes(4096)), name
+        assert _flow_count(image) == 40
+
+
 async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_the_writer(
     tmp_path: Path,
 ) -> None:

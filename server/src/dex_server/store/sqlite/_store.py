@@ -51,6 +51,15 @@ _CHECKPOINT_EVERY_BATCHES = 64
 _CHECKPOINT_IDLE_S = 1.0
 _WAL_RESTART_FRAMES = 4096
 _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+# With fsync on, a commit that appends past the WAL file's end also changes the file's
+# size, and its fdatasync then waits for a journal commit of the file system as well:
+# measured here, 0.29 against 0.19 ms and 3.3 against 2.1 context switches per commit.
+# Past its first cycle the WAL restarts from its beginning and every commit overwrites; in
+# the first, the checkpointer keeps _WAL_AHEAD_BYTES of zeros written past the last frame
+# once the WAL holds half that (a store that writes less never pays for them), up to 5/4 of
+# _WAL_RESTART_FRAMES. Recovery stops at the first frame whose salt does not match the
+# header, so the zeros read as an empty tail.
+_WAL_AHEAD_BYTES = 4 * 1024 * 1024
 
 
 class DataFolderInUseError(RuntimeError):
@@ -246,6 +255,7 @@ class SqliteStore:
         self._checkpoint_wake = threading.Event()
         self._stopping = False
         self._restart_due = False
+        self._wal_frame_bytes = 24 + 4096
         self._reader_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader: tuple[sqlite3.Connection, Tx] | None = None
         self.batches = 0
@@ -325,6 +335,8 @@ class SqliteStore:
             apply_migrations(self._conn)
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
+        (page_size,) = self._conn.execute("PRAGMA page_size").fetchone()
+        self._wal_frame_bytes = 24 + int(page_size)
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._tx = _repos(self._conn, self.server_id)
@@ -493,11 +505,45 @@ class SqliteStore:
                     _, log_frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if log_frames >= _WAL_RESTART_FRAMES:
                         self._restart_due = True
+                    if self.fsync:
+                        self._write_wal_ahead(log_frames)
                     self.checkpoint_passes += 1
                 except sqlite3.Error:
                     log.warning("WAL checkpoint failed", exc_info=True)
         finally:
             conn.close()
+
+    def _write_wal_ahead(self, log_frames: int) -> None:
+        """Keep zeros written past the WAL's last frame, in its first cycle (see above).
+
+        The zeros go past the file's end with the writer stopped (``_conn_lock``), so they
+        never land on a frame; their flush runs after it goes on. A failure (a full disk)
+        costs only the speed-up.
+        """
+        frame = self._wal_frame_bytes
+        used = 32 + log_frames * frame
+        limit = 32 + _WAL_RESTART_FRAMES * 5 // 4 * frame
+        if used < _WAL_AHEAD_BYTES // 2:
+            return
+        wal = f"{self.path}-wal"
+        try:
+            fd = os.open(wal, os.O_WRONLY)
+        except FileNotFoundError:
+            return
+        try:
+            if os.fstat(fd).st_size - used >= _WAL_AHEAD_BYTES // 2:
+                return
+            with self._conn_lock:
+                end = os.fstat(fd).st_size
+                size = min(limit, max(end, used) + _WAL_AHEAD_BYTES)
+                zeros = bytes(min(1024 * 1024, max(0, size - end)))
+                while end < size:
+                    end += os.pwrite(fd, zeros[: size - end], end)
+            os.fdatasync(fd)
+        except OSError as exc:
+            log.warning("could not write zeros ahead in %s: %s", wal, exc)
+        finally:
+            os.close(fd)
 
     def _run_batch(
         self,
