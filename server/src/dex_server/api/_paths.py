@@ -111,6 +111,39 @@ def check_strings(obj: object, where: str) -> None:
     Values (``msgspec.Raw``) are JSON and may hold any escaped character; names, IDs and
     reasons are stored as text and may not.
     """
+    # Nearly every body holds only short ASCII strings: one walk without the places' names
+    # clears it (a Flow start's spec holds hundreds); the walk that names the place of
+    # the string at fault runs only if that one finds a string it cannot clear alone.
+    if not _plain(obj):
+        _check_strings(obj, where)
+
+
+def _plain(obj: object) -> bool:
+    """Whether every string in ``obj`` is short ASCII without NUL (passes every limit)."""
+    if isinstance(obj, str):
+        return len(obj) <= MAX_REQUEST_ID_BYTES and obj.isascii() and "\x00" not in obj
+    if isinstance(obj, msgspec.Struct):
+        for name in obj.__struct_fields__:
+            value = getattr(obj, name)
+            if value is not None and not isinstance(value, _NO_STRINGS) and not _plain(value):
+                return False
+        return True
+    if isinstance(obj, list | tuple):
+        for item in obj:
+            if item is not None and not isinstance(item, _NO_STRINGS) and not _plain(item):
+                return False
+        return True
+    if isinstance(obj, dict):
+        for key, item in obj.items():
+            if not _plain(key):
+                return False
+            if item is not None and not isinstance(item, _NO_STRINGS) and not _plain(item):
+                return False
+        return True
+    return True
+
+
+def _check_strings(obj: object, where: str) -> None:
     if isinstance(obj, str):
         field = where.rsplit(".", 1)[-1]
         limit, maximum = _FIELD_LIMITS.get(field, ("max_string_bytes", MAX_STRING_BYTES))
@@ -119,16 +152,16 @@ def check_strings(obj: object, where: str) -> None:
         for name in obj.__struct_fields__:
             value = getattr(obj, name)
             if value is not None and not isinstance(value, _NO_STRINGS):
-                check_strings(value, f"{where}.{name}" if where else name)
+                _check_strings(value, f"{where}.{name}" if where else name)
     elif isinstance(obj, list | tuple):
         for i, item in enumerate(obj):
             if item is not None and not isinstance(item, _NO_STRINGS):
-                check_strings(item, f"{where}[{i}]")
+                _check_strings(item, f"{where}[{i}]")
     elif isinstance(obj, dict):
         for key, item in obj.items():
-            check_strings(key, f"{where} key")
+            _check_strings(key, f"{where} key")
             if item is not None and not isinstance(item, _NO_STRINGS):
-                check_strings(item, f"{where}[{key[:40]!r}]")
+                _check_strings(item, f"{where}[{key[:40]!r}]")
 
 
 # what holds no string to check: skipped before its place in the body is spelled out
