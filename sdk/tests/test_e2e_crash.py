@@ -80,6 +80,27 @@ async def test_worker_dying_before_any_frame_gets_the_same_attempt_redelivered(
         assert rows == [("silent", 1, first.pid), ("silent", 1, replacement.pid)]
 
 
+async def test_a_heartbeat_is_written_before_it_returns_so_a_blocked_worker_costs_its_attempt(
+    tmp_path: Path,
+) -> None:
+    async with e2e_stack(tmp_path) as stack:
+        first = stack.workers[0]
+        tag = unique_id("blocked")
+        await stack.client.start_flow(crash_flows.HEARTBEAT_THEN_BLOCK, tag, tag)
+        # the handler blocks the Worker's loop right after its heartbeat returned
+        gate = FileGate(tmp_path, f"{tag}-blocking")
+        await gate.async_wait_until_reached(timeout=15)
+
+        first.kill()
+        gate.release()  # a redelivered attempt 1 would pass it and answer 1
+        replacement = await stack.start_worker()
+        result = await stack.client.wait_for_flow(tag, timeout=30)
+
+        assert result.single_output(int) == 2
+        rows = _steps(tmp_path, tag)
+        assert rows == [("blocking", 1, first.pid), ("blocking", 2, replacement.pid)]
+
+
 async def test_single_attempt_step_killed_after_durable_heartbeat_never_runs_again(
     tmp_path: Path,
 ) -> None:

@@ -248,7 +248,12 @@ class AsyncContext(Context):
     async def heartbeat(self, value: Any = UNSET, *, durable: bool = False) -> None:
         """Report liveness, optionally storing ``value`` as the checkpoint for later attempts.
 
-        By default this returns once the frame is queued on the Worker. With
+        By default this returns once the frame (and every frame the Worker queued before
+        it) is written to the server's connection, or at once while the Worker is
+        disconnected (the frame then waits for the next connection). A written frame
+        counts: should the Worker die from here on, even before its event loop runs
+        again, the server retries the Step as the attempt's successor instead of handing
+        the same attempt out again, so the retry policy bounds a crash that repeats. With
         ``durable=True`` it returns only after the server committed that this attempt has
         started: from then on the attempt is never redelivered to another Worker (use it
         before an effect that must run at most once).

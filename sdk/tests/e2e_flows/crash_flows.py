@@ -94,6 +94,26 @@ class SilentDeath(Flow[str]):
         return StepList.start_step(Silent())
 
 
+class Blocking(Step[str]):
+    """Heartbeats, then blocks its Worker's event loop at a gate on attempt 1."""
+
+    async def execute(self, ctx: Context, input: str) -> StepDecision:
+        context = async_context(ctx)
+        _log(input, "blocking", context)
+        await context.heartbeat()
+        if context.attempt == 1:
+            _gate(input, "blocking").pass_through()  # sync: the loop runs nothing meanwhile
+        return StepDecision.graceful_complete(context.attempt)
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_retry=_FAST_RETRY)
+
+
+class HeartbeatThenBlock(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Blocking())
+
+
 class OnceOnly(Step[str]):
     """At-most-once: one attempt, durably started before its effect, then a gate."""
 
@@ -193,6 +213,13 @@ class Durable(Flow[str]):
 
 KILL_MID_EXECUTE = KillMidExecute()
 SILENT_DEATH = SilentDeath()
+HEARTBEAT_THEN_BLOCK = HeartbeatThenBlock()
 AT_MOST_ONCE = AtMostOnce()
 DURABLE = Durable()
-FLOWS: list[Flow[Any]] = [KILL_MID_EXECUTE, SILENT_DEATH, AT_MOST_ONCE, DURABLE]
+FLOWS: list[Flow[Any]] = [
+    KILL_MID_EXECUTE,
+    SILENT_DEATH,
+    HEARTBEAT_THEN_BLOCK,
+    AT_MOST_ONCE,
+    DURABLE,
+]

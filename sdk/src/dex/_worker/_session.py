@@ -143,6 +143,9 @@ class _TaskIO:
         data = self._session.encode_within_limit(frame, "heartbeat")
         if not durable:
             self._session.send_encoded(data, self.task_id)
+            # once written, the server counts this attempt as started even if the Worker
+            # dies before its next loop pass (say, inside code that blocks the loop)
+            await self._session.flushed()
             return
         ack = self._session.expect_ack(self.task_id, self._seq, data)
         self._session.send_encoded(data, self.task_id)
@@ -525,6 +528,14 @@ class Session:
         self._sent_bytes = 0
 
     # ------------------------------------------------------------------ sending
+
+    async def flushed(self) -> None:
+        """Wait until every frame queued so far was written to the connection.
+
+        Returns at once while disconnected: the frames then wait for the next connection.
+        """
+        if self._ws is not None:
+            await self._flushed.wait()
 
     def send(self, frame: Any, task_id: str) -> None:
         """Queue a frame of ``task_id``; it is sent after every frame queued before it."""
