@@ -65,6 +65,25 @@ async def test_a_file_gate_blocks_until_released_and_then_lets_everyone_through(
         FileGate(tmp_path, "a/b")
 
 
+async def test_a_file_gate_is_marked_after_what_its_task_queued_before_it_ran(
+    tmp_path: Path,
+) -> None:
+    """A Worker's frames queued before a gate (a flush scheduled on the loop) go out first."""
+    gate = FileGate(tmp_path, "g")
+    reached_when_flushed: list[bool] = []
+
+    async def handler() -> None:
+        # what queuing a frame does: the Worker's flush runs at the loop's next pass
+        asyncio.get_running_loop().call_soon(lambda: reached_when_flushed.append(gate.is_reached()))
+        await gate.pass_through()
+
+    task = asyncio.create_task(handler())
+    await gate.wait_until_reached(timeout=5)
+    assert reached_when_flushed == [False]
+    gate.release()
+    await asyncio.wait_for(task, 5)
+
+
 def test_the_invocation_log_counts_by_kind_and_key_across_threads(tmp_path: Path) -> None:
     log = InvocationLog(tmp_path / "sub" / "calls.log")
     assert log.entries() == []

@@ -291,9 +291,9 @@ class RunModel(_TurnStep):
                 f"the turn reached AgentSessionOptions.max_model_calls_per_turn ({limit}): "
                 f"{state.turn_model_calls} model calls without a final answer",
             )
-        # One frame before the model call tells the server this attempt started: a Worker
-        # lost from here on costs the attempt (the retry policy bounds the repeats) rather
-        # than being redelivered as if it never ran. The message read used to be that frame.
+        # One frame written before the model call tells the server this attempt started: a
+        # Worker lost from here on costs the attempt (the retry policy bounds the repeats)
+        # rather than being redelivered as if it never ran.
         await ctx.heartbeat()
         messages = await session_messages(ctx, state.message_count)
         state = replace(state, model_message_count=state.message_count)

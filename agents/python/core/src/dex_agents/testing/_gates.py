@@ -67,7 +67,13 @@ class FileGate:
             await asyncio.sleep(_POLL_S)
 
     async def pass_through(self) -> None:
-        """Mark the gate reached, then wait for its release (the usual child-side call)."""
+        """Mark the gate reached, then wait for its release (the usual child-side call).
+
+        One pass of the event loop comes first, so the frames a Worker queued before the
+        gate (a task's Stream writes and heartbeats) are written before the mark: a test
+        that kills the process at the gate knows the server got them.
+        """
+        await asyncio.sleep(0)
         self.mark_reached()
         await self.wait_for_release()
 
