@@ -528,10 +528,12 @@ class SqliteStore:
         wal = f"{self.path}-wal"
         try:
             fd = os.open(wal, os.O_WRONLY)
-        except FileNotFoundError:
+        except OSError as exc:  # gone (the store closes) or not writable: no speed-up
+            log.debug("not writing zeros ahead in %s: %s", wal, exc)
             return
         try:
-            if os.fstat(fd).st_size - used >= _WAL_AHEAD_BYTES // 2:
+            start = os.fstat(fd).st_size
+            if start >= limit or start - used >= _WAL_AHEAD_BYTES // 2:
                 return
             with self._conn_lock:
                 end = os.fstat(fd).st_size
