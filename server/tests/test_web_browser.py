@@ -168,10 +168,16 @@ async def test_send_a_message_from_the_conversation_view(desk: Desk, page: Page)
     await page.get_by_label("Message").fill("second question")
     await page.get_by_role("button", name="Send").click()
     await expect(page.get_by_role("status")).to_have_text("Message queued for the next turn.")
+    # the action answered with a redirect: the address is the session page's again
+    assert page.url.startswith(desk.url + f"/ui/session?id={sid}&notice=")
     await _wait_idle(desk, sid, 2)
-    # a GET of the page: reloading the answer to the form's POST would send it again
-    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.reload()
     await expect(page.locator("#conversation")).to_contain_text("echo: second question")
+    # reloading read the page again; it did not send the message a second time
+    snapshot = await desk.sessions.get_agent_snapshot(sid)
+    assert snapshot.state is not None and snapshot.state.turn_count == 2
+    assert snapshot.queued_message_count == 0
+    assert [m.text for m in snapshot.messages].count("second question") == 1
 
 
 async def test_tool_output_with_markup_is_shown_as_text(desk: Desk, page: Page) -> None:
@@ -317,8 +323,7 @@ async def test_step_graph_timers_and_cancel_the_turn(desk: Desk, page: Page) -> 
     snapshot = await _wait_idle(desk, sid, 1)
     assert not snapshot.pending_interrupts
     assert not [k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]
-    # a GET of the page: reloading the answer to the form's POST would send it again
-    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.reload()
     calls = page.locator("#all-tool-calls tr[data-tool-call]")
     await expect(calls).to_have_count(2)
     await expect(calls.first).to_contain_text("cancelled")
@@ -348,8 +353,7 @@ async def test_steer_from_the_conversation_view(desk: Desk, page: Page) -> None:
     snapshot = await _wait_idle(desk, sid, 2)
     assert any("echo: never mind, just say hi" in m.text for m in snapshot.messages)
     assert not [k for k in desk.log.keys(tool_call_kind("issue_refund")) if k.startswith(sid)]
-    # a GET of the page: reloading the answer to the form's POST would send it again
-    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.reload()
     await expect(page.locator("#conversation")).to_contain_text("echo: never mind, just say hi")
     # usage per turn and in total; the steered turn's call was cancelled, never run
     usage = page.locator("#turn-usage")
@@ -479,8 +483,7 @@ async def test_a_steered_turn_leaves_a_note_shown_as_such(desk: Desk, page: Page
     await page.get_by_role("button", name="Steer").click()
     await expect(page.get_by_role("status")).to_contain_text("Steered")
     await _wait_idle(desk, sid, 2)
-    # a GET of the page: reloading the answer to the form's POST would send it again
-    await page.goto(desk.url + f"/ui/session?id={sid}")
+    await page.reload()
     note = page.locator("#conversation .msg-note")
     await expect(note).to_have_count(1)
     await expect(note.locator(".note-label")).to_have_text("steer note")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextvars
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, get_args
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from dex._protocol import ErrorCode, InvokeRpcRequest, SearchFlowsResponse, StopFlowRequest
 from starlette.requests import Request
@@ -114,6 +115,40 @@ async def _form(request: Request) -> dict[str, str]:
 Page = Callable[[Request, Ctx], Awaitable[Response]]
 
 
+class _Notices:
+    """What a form action that changed something says, kept for the page it redirects to.
+
+    An action answers with a redirect to the page to show (Post/Redirect/Get), so reloading
+    that page reads it again instead of sending the action a second time. The redirect
+    carries a random token; the page shows the notice while the token is kept (the live
+    script refreshes parts of the page from the same address). At most ``_MAX_NOTICES``
+    are kept, each for ``_NOTICE_TTL_S`` seconds.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, Safe]] = {}
+
+    def put(self, notice: Safe) -> str:
+        now = time.monotonic()
+        for token in [t for t, (at, _) in self._kept.items() if now - at > _NOTICE_TTL_S]:
+            del self._kept[token]
+        while len(self._kept) >= _MAX_NOTICES:
+            del self._kept[next(iter(self._kept))]
+        token = secrets.token_urlsafe(12)
+        self._kept[token] = (now, notice)
+        return token
+
+    def get(self, token: str) -> Safe | None:
+        kept = self._kept.get(token) if token else None
+        if kept is None or time.monotonic() - kept[0] > _NOTICE_TTL_S:
+            return None
+        return kept[1]
+
+
+_MAX_NOTICES = 1000
+_NOTICE_TTL_S = 60.0
+
+
 class WebUI:
     """The Dex Web ASGI application of one server (mounted by :class:`WebMount`)."""
 
@@ -121,6 +156,19 @@ class WebUI:
         self.runtime = runtime
         self.security = WebSecurity(token)
         self.router = Router(routes=self._routes(), default=self._not_found)
+        self._notices = _Notices()
+
+    def _done(self, path: str, notice: Safe, **query: str) -> Response:
+        """Answer an action that went through: a redirect to ``path`` showing ``notice``."""
+        query["notice"] = self._notices.put(notice)
+        return RedirectResponse(f"{path}?{urlencode(query)}", status_code=303, headers=_HEADERS)
+
+    def _flash(self, request: Request, notice: Safe | None) -> Safe | None:
+        return (
+            notice
+            if notice is not None
+            else self._notices.get(request.query_params.get("notice", ""))
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.router(scope, receive, send)
@@ -409,6 +457,7 @@ class WebUI:
     async def _flow(
         self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
     ) -> Response:
+        notice = self._flash(request, notice)
         fid = request.query_params.get("id", "")
         after = request.query_params.get("after", "")
         if request.query_params.get("run", ""):
@@ -614,9 +663,7 @@ class WebUI:
                 _notice(f"Not stopped: {err.message}", error=True),
                 409,
             )
-        return await self._flow(
-            _with_query(request, id=fid), ctx, _notice(f"Flow stopped ({kind}).")
-        )
+        return self._done("/ui/flow", _notice(f"Flow stopped ({kind})."), id=fid)
 
     async def _earlier_run(self, request: Request, ctx: Ctx) -> Response:
         """One run of a Flow ID by its run ID: its summary and history (read-only)."""
@@ -659,7 +706,7 @@ class WebUI:
             return await self._flow(
                 back, ctx, _notice(f"No time travel: {err.message}", error=True), 400
             )
-        return await self._flow(back, ctx, _timetravel.made_notice(fid, new, old))
+        return self._done("/ui/flow", _timetravel.made_notice(fid, new, old), id=fid)
 
     # ---------------------------------------------------------- agent sessions
 
@@ -689,6 +736,7 @@ class WebUI:
     async def _approvals(
         self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
     ) -> Response:
+        notice = self._flash(request, notice)
         specs = self.runtime.specs
         items: list[_reads.Approval] = await self._read(lambda tx: _reads.approvals(tx, specs))
         now = time.time()
@@ -770,7 +818,7 @@ class WebUI:
         )
         if edited is not None:
             verdict += " with edited arguments"
-        return await self._approvals(request, ctx, _notice(f"{verdict}."))
+        return self._done("/ui/approvals", _notice(f"{verdict}."), **request.query_params)
 
     async def _answer(self, request: Request, ctx: Ctx, form: dict[str, str]) -> Response:
         """Answer or decline a tool's question (an interrupt of kind ``question``)."""
@@ -808,13 +856,13 @@ class WebUI:
             return await self._approvals(request, ctx, _notice(out, error=True), 503)
         if out is not True:
             return await self._approvals(request, ctx, gone, 409)
-        return await self._approvals(
-            request, ctx, _notice("Question declined." if declined else "Question answered.")
-        )
+        answered = _notice("Question declined." if declined else "Question answered.")
+        return self._done("/ui/approvals", answered, **request.query_params)
 
     async def _session(
         self, request: Request, ctx: Ctx, notice: Safe | None = None, status: int = 200
     ) -> Response:
+        notice = self._flash(request, notice)
         fid = request.query_params.get("id", "")
         specs = self.runtime.specs
         view: _reads.SessionView | None = await self._read(
@@ -933,7 +981,9 @@ class WebUI:
             return await self._session(
                 req, ctx, _notice("The steer text was blank: nothing changed.", error=True), 400
             )
-        return await self._session(req, ctx, _notice("Steered: a new turn starts with the text."))
+        return self._done(
+            "/ui/session", _notice("Steered: a new turn starts with the text."), id=fid
+        )
 
     async def _cancel_turn(self, request: Request, ctx: Ctx) -> Response:
         fid = request.state.form.get("id", "")
@@ -945,7 +995,7 @@ class WebUI:
             return await self._session(
                 req, ctx, _notice("No turn is running: nothing was cancelled.", error=True), 409
             )
-        return await self._session(req, ctx, _notice("The turn is being cancelled."))
+        return self._done("/ui/session", _notice("The turn is being cancelled."), id=fid)
 
     async def _send_message(self, request: Request, ctx: Ctx) -> Response:
         form: dict[str, str] = request.state.form
@@ -958,7 +1008,7 @@ class WebUI:
             return await self._session(
                 req, ctx, _notice("The message was blank: nothing was sent.", error=True), 400
             )
-        return await self._session(req, ctx, _notice("Message queued for the next turn."))
+        return self._done("/ui/session", _notice("Message queued for the next turn."), id=fid)
 
 
 def _with_query(request: Request, **params: str) -> Request:
