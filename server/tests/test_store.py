@@ -61,6 +61,14 @@ async def test_group_commit_and_restart(tmp_path: Path) -> None:
     await store2.close()
 
 
+async def _checkpoint_pass(store: SqliteStore) -> None:
+    seen = store.checkpoint_passes
+    deadline = asyncio.get_running_loop().time() + 20
+    while store.checkpoint_passes == seen:
+        assert asyncio.get_running_loop().time() < deadline, "no checkpoint pass in 20 s"
+        await store.run(lambda tx: None)
+
+
 async def test_wal_restarts_under_sustained_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,11 +85,7 @@ async def test_wal_restarts_under_sustained_writes(
         if i % 50 == 49:
             # the checkpointer is a thread: on a loaded machine it may run late, so let
             # each stretch of writes see at least one of its passes (it wakes every 4 batches)
-            seen = store.checkpoint_passes
-            deadline = asyncio.get_running_loop().time() + 20
-            while store.checkpoint_passes == seen:
-                assert asyncio.get_running_loop().time() < deadline, "no checkpoint pass in 20 s"
-                await store.run(lambda tx: None)
+            await _checkpoint_pass(store)
     wal = (tmp_path / "db-wal").stat().st_size
     await store.close()
     # a row writes about six 4 KiB frames (its long key overflows, in the table and in its
@@ -117,14 +121,6 @@ def _flow_count(path: Path) -> int:
         return int(count)
     finally:
         conn.close()
-
-
-async def _checkpoint_pass(store: SqliteStore) -> None:
-    seen = store.checkpoint_passes
-    deadline = asyncio.get_running_loop().time() + 20
-    while store.checkpoint_passes == seen:
-        assert asyncio.get_running_loop().time() < deadline, "no checkpoint pass in 20 s"
-        await store.run(lambda tx: None)
 
 
 async def test_zeros_are_written_ahead_of_a_busy_wal_and_read_as_its_empty_tail(
