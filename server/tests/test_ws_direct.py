@@ -175,6 +175,119 @@ async def test_close_now_sends_the_code_and_the_reason() -> None:
     assert link.transport.closing
 
 
+async def test_frames_split_anywhere_and_mixed_with_control_frames_arrive_whole() -> None:
+    link = _Link()
+    await link.open()
+    got: list[bytes] = []
+    link.protocol.attach(got.append)
+    parsed = bytearray()  # what reaches websockets' own parser
+    conn = link.protocol.conn
+    feed = conn.receive_data
+
+    def receive_data(data: bytes | bytearray) -> None:
+        parsed.extend(data)
+        feed(data)
+
+    conn.receive_data = receive_data  # type: ignore[method-assign]
+
+    def wire(send: Any, *args: Any) -> bytes:
+        send(*args)
+        return b"".join(link.client.data_to_send())
+
+    small, medium, large = b'{"s":1}', b"m" * 300, b"L" * 70_000  # 7-bit, 16-bit, 64-bit lengths
+    ping = wire(link.client.send_ping, b"p1")
+    frames = [
+        (wire(link.client.send_text, small), [small]),
+        (ping, []),
+        (wire(link.client.send_binary, medium), [medium]),
+        (wire(link.client.send_text, large), [large]),
+        (wire(link.client.send_text, b""), [b""]),
+    ]
+    expected: list[bytes] = []
+    for data, message in frames:  # byte by byte (the large one in chunks)
+        step = 1 if len(data) < 1000 else 4093
+        for i in range(0, len(data), step):
+            assert got == expected, "a message is handed on when its last byte arrives"
+            link.protocol.data_received(data[i : i + step])
+        expected += message
+        assert got == expected
+    assert [(f.opcode, f.data) for f in link.to_client()] == [(Opcode.PONG, b"p1")]
+    assert bytes(parsed) == ping, "only the control frame went through websockets' parser"
+
+    # all at once, in one buffer
+    parsed.clear()
+    link.protocol.data_received(b"".join(data for data, _ in frames))
+    assert got == expected * 2
+    assert bytes(parsed) == ping
+
+    # a fragmented message goes through websockets' parser, the next one directly again
+    link.client.send_text(b'{"f":', fin=False)
+    link.client.send_ping(b"p2")
+    link.client.send_continuation(b"2}", fin=True)
+    link.to_server()
+    parsed.clear()
+    link.client.send_text(b'{"after":1}')
+    link.to_server()
+    assert got[8:] == [b'{"f":2}', b'{"after":1}']
+    assert [(f.opcode, f.data) for f in link.to_client()] == [
+        (Opcode.PONG, b"p1"),
+        (Opcode.PONG, b"p2"),
+    ]
+    assert parsed == b""
+
+
+@pytest.mark.parametrize(
+    ("wire", "code"),
+    [
+        (b"\x81\x02{}", 1002),  # unmasked: a client must mask
+        (b"\xc1\x82abcd" + bytes(2), 1002),  # RSV1 without a negotiated extension
+        (b"\x83\x80abcd", 1002),  # a reserved opcode
+        (b"\x81\xff" + (2**40).to_bytes(8, "big") + b"abcd", 1009),  # over the size limit
+    ],
+)
+async def test_a_bad_frame_after_attach_closes_as_websockets_would(wire: bytes, code: int) -> None:
+    link = _Link()
+    await link.open()
+    got: list[bytes] = []
+    link.protocol.attach(got.append)
+    link.protocol.data_received(wire + b"\x81\x82abcd" + bytes(2))  # and a good frame after it
+    frames = link.to_client()
+    assert [f.opcode for f in frames] == [Opcode.CLOSE]
+    assert frames[0].data[:2] == code.to_bytes(2, "big")
+    assert got == [], "nothing after a bad frame reaches the endpoint"
+    await asyncio.wait_for(link.asgi_done.wait(), 5)
+
+
+async def test_a_close_frame_ends_the_direct_path_and_what_follows_is_discarded() -> None:
+    link = _Link()
+    await link.open()
+    got: list[bytes] = []
+    link.protocol.attach(got.append)
+    link.client.send_text(b"1")
+    link.client.send_close(1000, "bye")
+    wire = b"".join(link.client.data_to_send())
+    link.protocol.data_received(wire + b"\x81\x81abcd" + bytes([ord("2") ^ ord("a")]))
+    assert got == [b"1"]
+    frames = link.to_client()
+    assert [f.opcode for f in frames] == [Opcode.CLOSE]
+    assert frames[0].data == (1000).to_bytes(2, "big") + b"bye"
+    await asyncio.wait_for(link.asgi_done.wait(), 5)
+    assert not link.protocol.write_text(b"{}")
+
+
+async def test_messages_sent_directly_carry_every_length_encoding() -> None:
+    link = _Link()
+    await link.open()
+    link.protocol.attach(lambda data: None)
+    sizes = [0, 125, 126, 65_535, 65_536, 200_000]
+    for size in sizes:
+        assert link.protocol.write_text(b"x" * size)
+    frames = link.to_client()
+    assert [(f.opcode, len(f.data), f.fin) for f in frames] == [
+        (Opcode.TEXT, size, True) for size in sizes
+    ]
+
+
 class Hop(dex.Step[int]):
     async def execute(self, context: dex.Context, left: int) -> dex.StepDecision:
         if left <= 1:
