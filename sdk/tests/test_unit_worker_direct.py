@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import dex
 import pytest
@@ -18,6 +19,10 @@ from dex_server.app import ServerConfig
 from dex_server.embedded import EmbeddedServer
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
 
 
 async def test_buffered_messages_then_the_sink_then_a_failing_sink() -> None:
@@ -59,6 +64,120 @@ async def test_buffered_messages_then_the_sink_then_a_failing_sink() -> None:
             assert go.is_set()
             assert isinstance(ws.sink_error, ValueError)
             assert ws.sink is None
+
+
+class _Wire(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.aborted = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        self.aborted = True
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def take(self) -> bytes:
+        data = bytes(self.written)
+        self.written.clear()
+        return data
+
+
+async def _opened() -> tuple[DirectConnection, _Wire, ServerProtocol]:
+    """A DirectConnection on a fake transport, open with a sans-I/O server at the other end."""
+    conn = DirectConnection(ClientProtocol(parse_uri("ws://127.0.0.1:8801/v1/worker")))
+    wire = _Wire()
+    conn.connection_made(wire)
+    conn.protocol.send_request(conn.protocol.connect())
+    conn.send_data()
+    server = ServerProtocol()
+    server.receive_data(wire.take())
+    server.send_response(server.accept(server.events_received()[0]))
+    conn.data_received(b"".join(server.data_to_send()))
+    assert conn.protocol.state.name == "OPEN"
+    return conn, wire, server
+
+
+async def test_server_frames_split_anywhere_reach_the_sink_and_control_frames_websockets() -> None:
+    conn, wire, server = await _opened()
+    got: list[bytes] = []
+    conn.sink = got.append
+    parsed = bytearray()  # what reaches websockets' own parser
+    feed = conn.protocol.receive_data
+
+    def receive_data(data: bytes | bytearray) -> None:
+        parsed.extend(data)
+        feed(data)
+
+    conn.protocol.receive_data = receive_data  # type: ignore[method-assign]
+
+    def frame(send: Any, *args: Any) -> bytes:
+        send(*args)
+        return b"".join(server.data_to_send())
+
+    small, medium, large = b'{"s":1}', b"m" * 300, b"L" * 70_000  # 7-bit, 16-bit, 64-bit lengths
+    ping = frame(server.send_ping, b"p1")
+    frames = [
+        (frame(server.send_text, small), [small]),
+        (ping, []),
+        (frame(server.send_binary, medium), [medium]),
+        (frame(server.send_text, large), [large]),
+        (frame(server.send_text, b""), [b""]),
+    ]
+    expected: list[bytes] = []
+    for data, message in frames:
+        step = 1 if len(data) < 1000 else 4093
+        for i in range(0, len(data), step):
+            assert got == expected, "a message is handed on when its last byte arrives"
+            conn.data_received(data[i : i + step])
+        expected += message
+        assert got == expected
+    assert bytes(parsed) == ping, "only the ping went through websockets' parser"
+    server.receive_data(wire.take())
+    assert [(f.opcode, f.data) for f in server.events_received()] == [(Opcode.PONG, b"p1")]
+
+    parsed.clear()
+    conn.data_received(b"".join(data for data, _ in frames))  # all in one read
+    assert got == expected * 2
+    assert bytes(parsed) == ping
+
+    # what the Worker sends directly is a masked text frame websockets reads
+    for size in (0, 125, 126, 65_535, 65_536):
+        conn.send_text_now(b"x" * size)
+    server.receive_data(wire.take())
+    events = server.events_received()
+    assert [(f.opcode, len(f.data), f.fin) for f in events if isinstance(f, Frame)] == [
+        (Opcode.PONG, 2, True),
+        *[(Opcode.TEXT, size, True) for size in (0, 125, 126, 65_535, 65_536)],
+    ]
+
+
+async def test_a_masked_server_frame_fails_the_connection_as_websockets_would() -> None:
+    conn, wire, server = await _opened()
+    got: list[bytes] = []
+    conn.sink = got.append
+    conn.data_received(b"\x81\x82abcd" + bytes(2) + b"\x81\x01x")
+    assert got == []
+    server.receive_data(wire.take())
+    closes = [f for f in server.events_received() if isinstance(f, Frame)]
+    assert closes[0].opcode is Opcode.CLOSE
+    assert closes[0].data[:2] == (1002).to_bytes(2, "big")
 
 
 class Hop(dex.Step[int]):

@@ -13,13 +13,7 @@ message synchronously, from the protocol's ``data_received``, and sends messages
 pings, the close handshake, the message size limit and disconnects stay uvicorn's: a
 disconnect still reaches the endpoint as the ASGI ``websocket.disconnect`` event.
 
-Once attached, the common frame (a whole, masked, uncompressed text or binary message
-within the size limit) is also parsed here, in one pass over the received bytes, instead
-of by ``websockets``' generator-based parser, which cost about a sixth of the server's
-CPU per Step. Every other frame (control frames, fragments, compressed or malformed
-frames, an oversized one) goes to that parser, fed exactly at a frame boundary, so its
-state and its errors stay what they were. Sent messages get their header built here too
-while no extension is negotiated.
+Once attached, the common frames are parsed and built directly (``dex._wsframes``).
 """
 
 from __future__ import annotations
@@ -28,14 +22,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from dex._wsframes import DirectFrames, sansio_ready, text_frame
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Frame
 from websockets.protocol import OPEN
-
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover - a build without the C extension
-    from websockets.utils import apply_mask
 
 DIRECT_FRAMES = "dex.direct_frames"
 """ASGI scope extension: the connection's :class:`DirectWebSocketProtocol`."""
@@ -43,16 +33,14 @@ DIRECT_FRAMES = "dex.direct_frames"
 log = logging.getLogger("dex_server.worker")
 
 
-class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
+class DirectWebSocketProtocol(DirectFrames, WebSocketsSansIOProtocol):
     """uvicorn's ``websockets-sansio`` protocol plus :data:`DIRECT_FRAMES` (see the module).
 
     Not thread-safe: everything runs on the server's event loop.
     """
 
+    _MASKED = True
     _sink: Callable[[bytes], None] | None = None
-    # the start of a frame the direct parser has not got whole yet, and its bytes needed
-    _partial: bytearray | None = None
-    _need = 0
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
@@ -77,14 +65,7 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
             conn.send_text(data)
             self.transport.write(b"".join(conn.data_to_send()))
             return True
-        # a server's frame: FIN + text, unmasked, the shortest length encoding
-        n = len(data)
-        if n < 126:
-            self.transport.write(bytes((0x81, n)) + data)
-        elif n < 0x10000:
-            self.transport.write(b"\x81\x7e" + n.to_bytes(2, "big") + data)
-        else:
-            self.transport.writelines((b"\x81\x7f" + n.to_bytes(8, "big"), data))
+        self.transport.write(text_frame(data, masked=False))
         return True
 
     def close_now(self, code: int, reason: str) -> None:
@@ -97,67 +78,15 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         self.close_sent = True
         self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
 
-    def data_received(self, data: bytes) -> None:
-        if self._partial is not None:
-            self._partial += data
-            if len(self._partial) < self._need:
-                return
-            data, self._partial = bytes(self._partial), None
-        if not self._direct_ready():
-            super().data_received(data)
-            return
-        pos, need = self._parse(data)
-        if pos < len(data):
-            self._partial = bytearray(data[pos:])
-            self._need = need - pos
-
-    def _parse(self, data: bytes) -> tuple[int, int]:
-        """Hand on the whole frames of ``data``; the offset of what is left and its end.
-
-        A frame it does not take, and all after it, goes to websockets' parser; a control
-        frame alone, so that the frames after it are parsed here again.
-        """
-        end = len(data)
-        limit = self.conn.max_message_size
-        pos = 0
-        while pos < end:
-            start, stop = _bounds(data, pos, end)
-            if end < start:
-                return pos, start
-            head1 = data[pos]
-            if (head1 != 0x81 and head1 != 0x82) or stop < 0 or (limit and stop - start > limit):
-                if head1 & 0x88 == 0x88 and 0 <= stop - start <= 125:
-                    if end < stop:
-                        return pos, stop
-                    super().data_received(data[pos:stop])
-                    pos = stop
-                    if self._direct_ready():
-                        continue
-                break
-            if end < stop:
-                return pos, stop
-            self._hand(apply_mask(data[start:stop], data[start - 4 : start]))
-            pos = stop
-            if self.close_sent:  # the close handshake is websockets' again
-                break
-        if pos < end:
-            super().data_received(data[pos:])
-        return end, end
-
     def _direct_ready(self) -> bool:
-        """Whether the next bytes may go to the direct parser.
+        return self._sink is not None and not self.close_sent and sansio_ready(self.conn)
 
-        That is: attached, open, and websockets' parser at a message boundary with nothing
-        buffered.
-        """
-        conn = self.conn
-        return (
-            self._sink is not None
-            and not self.close_sent
-            and conn.state is OPEN
-            and conn.current_size is None
-            and not conn.reader.buffer
-        )
+    def _direct_limit(self) -> int | None:
+        return self.conn.max_message_size
+
+    def _direct_message(self, data: bytes) -> bool:
+        self._hand(data)
+        return not self.close_sent  # after a close, the handshake is websockets' again
 
     def handle_text(self, event: Frame) -> None:
         if self._sink is None:
@@ -198,28 +127,3 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         except Exception:
             log.exception("a Worker message could not be handled; closing its connection")
             self.close_now(1011, "internal error")
-
-
-def _bounds(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Where the payload of the client frame at ``pos`` starts and ends.
-
-    A start past ``end``: the header is not all there yet. An end of -1: the frame is not
-    masked (which a client's frame must be).
-    """
-    start = pos + 6  # the shortest masked header
-    if end < start:
-        return start, start
-    length = data[pos + 1] ^ 0x80
-    if length == 126:
-        start = pos + 8
-        if end < start:
-            return start, start
-        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-    elif length == 127:
-        start = pos + 14
-        if end < start:
-            return start, start
-        length = int.from_bytes(data[pos + 2 : pos + 10], "big")
-    elif length > 127:
-        return start, -1
-    return start, start + length

@@ -53,6 +53,7 @@ from dex._protocol import (
     server_frame_decoder,
 )
 from dex._worker._logs import attempt_failure_line, task_log
+from dex._wsframes import DirectFrames, sansio_ready, text_frame
 from dex.errors import error_from_code
 
 if TYPE_CHECKING:
@@ -83,18 +84,39 @@ class SessionLostError(ConnectionError):
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
-class DirectConnection(ClientConnection):
+class DirectConnection(DirectFrames, ClientConnection):
     """websockets' asyncio client connection that can hand each message to a callback.
 
     With ``sink`` set, every complete data message goes to it from the connection's read
     callback (as bytes; JSON decodes from them), past the message queue and the reader's
-    wake-up; pings, the close handshake, limits and keepalive stay websockets'. A ``sink``
-    that raises ends the connection and is kept in ``sink_error``.
+    wake-up; the common frames are parsed and built directly (``dex._wsframes``), while
+    pings, the close handshake, limits and keepalive stay websockets'. A ``sink`` that
+    raises ends the connection and is kept in ``sink_error``.
     """
 
+    _MASKED = False
     sink: Callable[[bytes], None] | None = None
     sink_error: Exception | None = None
     _parts: list[bytes]
+
+    def send_text_now(self, data: bytes) -> None:
+        """Write ``data`` as one text message now (the connection must be open)."""
+        protocol = self.protocol
+        if protocol.extensions or protocol.state is not State.OPEN:
+            protocol.send_text(data)
+            self.send_data()
+            return
+        self.transport.write(text_frame(data, masked=True))
+
+    def _direct_ready(self) -> bool:
+        return self.sink is not None and sansio_ready(self.protocol)
+
+    def _direct_limit(self) -> int | None:
+        return self.protocol.max_message_size
+
+    def _direct_message(self, data: bytes) -> bool:
+        self._hand(data)
+        return self.sink is not None
 
     def process_event(self, event: Any) -> None:
         sink = self.sink
@@ -107,8 +129,14 @@ class DirectConnection(ClientConnection):
         if not event.fin:
             return
         parts, self._parts = self._parts, []
+        self._hand(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _hand(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is None:
+            return
         try:
-            sink(parts[0] if len(parts) == 1 else b"".join(parts))
+            sink(data)
         except Exception as exc:
             self.sink, self.sink_error = None, exc
             self.transport.abort()
@@ -364,8 +392,7 @@ class Session:
                 return  # closing: the frames wait for the next connection (see serve)
             items, message = self._next_message()
             try:
-                ws.protocol.send_text(message)
-                ws.send_data()
+                ws.send_text_now(message)
             except Exception:
                 self._unsent(items)
                 ws.transport.abort()
