@@ -8,6 +8,7 @@ through an embedded server's WebSocket, whose connection must be on the direct p
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,42 @@ async def test_frames_split_anywhere_and_mixed_with_control_frames_arrive_whole(
         (Opcode.PONG, b"p2"),
     ]
     assert parsed == b""
+
+
+async def test_random_frames_in_random_chunks_arrive_as_sent() -> None:
+    rng = random.Random(20261206)
+    for _ in range(60):
+        link = _Link()
+        await link.open()
+        got: list[bytes] = []
+        link.protocol.attach(got.append)
+        sent: list[bytes] = []
+        pings: list[bytes] = []
+        for _ in range(rng.randint(1, 12)):
+            kind = rng.choice(["text", "binary", "fragments", "ping"])
+            body = rng.randbytes(rng.choice([0, 1, 125, 126, 127, 300, 65_535, 65_536, 70_001]))
+            if kind == "text":
+                link.client.send_text(body)
+            elif kind == "binary":
+                link.client.send_binary(body)
+            elif kind == "ping":
+                link.client.send_ping(body[:125])
+                pings.append(body[:125])
+                continue
+            else:
+                cut = rng.randint(0, len(body))
+                link.client.send_text(body[:cut], fin=False)
+                link.client.send_continuation(body[cut:], fin=True)
+            sent.append(body)
+        wire = b"".join(link.client.data_to_send())
+        at = 0
+        while at < len(wire):
+            size = rng.choice([1, 2, 3, 7, 100, 4096, 65_536])
+            link.protocol.data_received(wire[at : at + size])
+            at += size
+        assert got == sent
+        pongs = [f.data for f in link.to_client() if f.opcode is Opcode.PONG]
+        assert pongs == pings
 
 
 @pytest.mark.parametrize(
