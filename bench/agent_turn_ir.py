@@ -35,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _callgrind
+
 HERE = Path(__file__).resolve().parent
 ROLE_ENV = "AGENT_TURN_IR_TURNS"
 
@@ -113,20 +115,11 @@ def count(sessions: int, turns: int, workdir: Path) -> int:
     """Instructions of one counted process running ``turns`` turns."""
     out = workdir / f"callgrind.{turns}.out"
     env = {**os.environ, ROLE_ENV: f"{sessions},{turns}"}
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        f"--callgrind-out-file={out}",
-        sys.executable,
-        str(Path(__file__).resolve()),
-    ]
+    cmd = _callgrind.command(out, str(Path(__file__).resolve()))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"the counted run failed:\n{done.stderr[-3000:]}")
-    for line in out.read_text().splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise SystemExit(f"no totals line in {out}")
+    return _callgrind.totals(out)
 
 
 def main() -> None:
@@ -146,14 +139,9 @@ def main() -> None:
         "--sessions", type=int, default=5, help="sessions, one warm-up turn each (default 5)"
     )
     args = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    workdir = Path(tempfile.mkdtemp(prefix="dex-turn-ir-"))
-    try:
+    with _callgrind.workdir("dex-turn-ir-") as workdir:
         base = count(args.sessions, args.sessions, workdir)
         more = count(args.sessions, args.sessions + args.turns, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     per_turn = (more - base) / args.turns
     print(f"{args.turns} turns cost {more - base:,} instructions beyond the warm-up")
     print(

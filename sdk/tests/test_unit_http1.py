@@ -126,6 +126,22 @@ async def test_requests_share_one_kept_alive_connection() -> None:
     assert server.requests[-1].startswith(b"GET /v1/health?a=b+c HTTP/1.1\r\n")
 
 
+def test_requests_on_a_uvloop_event_loop() -> None:
+    # uvloop's transports do not derive from asyncio.Transport; an application served by
+    # uvicorn runs on uvloop whenever it is installed
+    uvloop = pytest.importorskip("uvloop")
+
+    async def requests() -> None:
+        async with Server(keep_alive) as server, transport(server.address) as t:
+            for n in range(3):
+                got = await t.raw("POST", f"/v1/flows/f{n}/rpc", body={"n": n})
+                assert got.content == b'{"ok":true}'
+            assert t._lean is not None
+        assert server.connections == 1
+
+    uvloop.run(requests())
+
+
 async def test_chunked_answers_split_across_packets() -> None:
     async def chunked(reader: Reader, writer: Writer, s: Server) -> None:
         while await read_request(reader, s) is not None:

@@ -25,6 +25,7 @@ import select
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from typing import cast
 
 import httpx
 
@@ -89,8 +90,8 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport, though not always an asyncio.Transport subclass (uvloop's)
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None or self._waiter.done():
