@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dex
 import pytest
 from dex._worker._session import DirectConnection
+from dex._wsframes import message_limit, sansio_ready
 from dex_server.app import ServerConfig
 from dex_server.embedded import EmbeddedServer
 from websockets.asyncio.client import connect
@@ -22,6 +24,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
+from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
@@ -182,6 +185,27 @@ async def test_a_masked_server_frame_fails_the_connection_as_websockets_would() 
     closes = [f for f in server.events_received() if isinstance(f, Frame)]
     assert closes[0].opcode is Opcode.CLOSE
     assert closes[0].data[:2] == (1002).to_bytes(2, "big")
+
+
+def test_the_parser_state_is_read_under_the_names_of_websockets_14_too() -> None:
+    # websockets 14 (the oldest the SDK accepts) says cur_size and max_size where 15 and
+    # later say current_size and max_message_size; state it does not name is never bypassed
+    def protocol(**fields: Any) -> Any:
+        return SimpleNamespace(
+            state=State.OPEN, reader=SimpleNamespace(buffer=bytearray()), **fields
+        )
+
+    old = protocol(cur_size=None, max_size=1024)
+    assert sansio_ready(old) and message_limit(old) == 1024
+    assert not sansio_ready(protocol(cur_size=5, max_size=1024)), "inside a fragmented message"
+    new = protocol(current_size=None, max_message_size=2048)
+    assert sansio_ready(new) and message_limit(new) == 2048
+    new.reader.buffer += b"\x81"
+    assert not sansio_ready(new), "websockets holds a partial frame"
+    assert not sansio_ready(protocol()) and message_limit(protocol()) is None
+    closing = protocol(current_size=None)
+    closing.state = State.CLOSING
+    assert not sansio_ready(closing)
 
 
 class Hop(dex.Step[int]):

@@ -24,15 +24,34 @@ try:
 except ImportError:  # pragma: no cover - a build without the C extension
     from websockets.utils import apply_mask
 
-__all__ = ["DirectFrames", "sansio_ready", "text_frame"]
+__all__ = ["DirectFrames", "message_limit", "sansio_ready", "text_frame"]
+
+
+_ABSENT = object()
 
 
 def sansio_ready(protocol: Protocol) -> bool:
     """Whether ``websockets``' parser is open, between messages and holds no bytes.
 
-    Only then may the next received bytes bypass it.
+    Only then may the next received bytes bypass it. A ``websockets`` version that keeps
+    this state under other names is never bypassed.
     """
-    return protocol.state is OPEN and protocol.current_size is None and not protocol.reader.buffer
+    if protocol.state is not OPEN:
+        return False
+    # the size of the message being received: current_size from websockets 15, cur_size in 14
+    size = getattr(protocol, "current_size", _ABSENT)
+    if size is _ABSENT:
+        size = getattr(protocol, "cur_size", _ABSENT)
+    buffer = getattr(getattr(protocol, "reader", None), "buffer", None)
+    return size is None and buffer is not None and not buffer
+
+
+def message_limit(protocol: Protocol) -> int | None:
+    """The largest message ``protocol`` accepts (None: no limit)."""
+    limit = getattr(protocol, "max_message_size", _ABSENT)  # websockets 15 and later
+    if limit is _ABSENT:
+        limit = getattr(protocol, "max_size", None)  # websockets 14
+    return limit if isinstance(limit, int) else None
 
 
 def text_frame(data: bytes, *, masked: bool) -> bytes:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dex._wsframes import DirectFrames, sansio_ready, text_frame
+from dex._wsframes import DirectFrames, message_limit, sansio_ready, text_frame
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Frame
 from websockets.protocol import OPEN
@@ -82,7 +82,7 @@ class DirectWebSocketProtocol(DirectFrames, WebSocketsSansIOProtocol):
         return self._sink is not None and not self.close_sent and sansio_ready(self.conn)
 
     def _direct_limit(self) -> int | None:
-        return self.conn.max_message_size
+        return message_limit(self.conn)
 
     def _direct_message(self, data: bytes) -> bool:
         self._hand(data)

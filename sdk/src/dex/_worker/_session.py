@@ -53,7 +53,7 @@ from dex._protocol import (
     server_frame_decoder,
 )
 from dex._worker._logs import attempt_failure_line, task_log
-from dex._wsframes import DirectFrames, sansio_ready, text_frame
+from dex._wsframes import DirectFrames, message_limit, sansio_ready, text_frame
 from dex.errors import error_from_code
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class DirectConnection(DirectFrames, ClientConnection):
         return self.sink is not None and sansio_ready(self.protocol)
 
     def _direct_limit(self) -> int | None:
-        return self.protocol.max_message_size
+        return message_limit(self.protocol)
 
     def _direct_message(self, data: bytes) -> bool:
         self._hand(data)
