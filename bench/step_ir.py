@@ -28,11 +28,12 @@ import argparse
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import _callgrind
+import dex
+import step_overhead
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,10 +49,6 @@ def stop(proc: subprocess.Popen[bytes], what: str) -> None:
 
 def count(steps: int, workdir: Path) -> tuple[int, int]:
     """Instructions of the server and of the Worker over one chain of ``steps`` Steps."""
-    sys.path.insert(0, str(HERE))
-    import dex
-    import step_overhead
-
     run = workdir / f"chain-{steps}"
     run.mkdir()
     address_file = run / "server.address"

@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - a build without the C extension
     from websockets.utils import apply_mask
 
-__all__ = ["DirectFrames", "message_limit", "sansio_ready", "text_frame"]
+__all__ = ["DirectFrames", "frames_sendable", "message_limit", "sansio_ready", "text_frame"]
 
 
 _ABSENT = object()
@@ -53,6 +53,11 @@ def message_limit(protocol: Protocol) -> int | None:
     if limit is _ABSENT:
         limit = getattr(protocol, "max_size", None)  # websockets 14
     return limit if isinstance(limit, int) else None
+
+
+def frames_sendable(protocol: Protocol) -> bool:
+    """Whether a message may go out as one :func:`text_frame`: open, no extension."""
+    return protocol.state is OPEN and not protocol.extensions
 
 
 def text_frame(data: bytes, *, masked: bool) -> bytes:

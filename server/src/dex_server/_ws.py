@@ -22,10 +22,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dex._wsframes import DirectFrames, message_limit, sansio_ready, text_frame
+from dex._wsframes import (
+    DirectFrames,
+    frames_sendable,
+    message_limit,
+    sansio_ready,
+    text_frame,
+)
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Frame
-from websockets.protocol import OPEN
 
 DIRECT_FRAMES = "dex.direct_frames"
 """ASGI scope extension: the connection's :class:`DirectWebSocketProtocol`."""
@@ -61,11 +66,11 @@ class DirectWebSocketProtocol(DirectFrames, WebSocketsSansIOProtocol):
         if self.disconnected or self.close_sent or self.transport.is_closing():
             return False
         conn = self.conn
-        if conn.extensions or conn.state is not OPEN:
+        if frames_sendable(conn):
+            self.transport.write(text_frame(data, masked=False))
+        else:
             conn.send_text(data)
             self.transport.write(b"".join(conn.data_to_send()))
-            return True
-        self.transport.write(text_frame(data, masked=False))
         return True
 
     def close_now(self, code: int, reason: str) -> None:

@@ -53,7 +53,13 @@ from dex._protocol import (
     server_frame_decoder,
 )
 from dex._worker._logs import attempt_failure_line, task_log
-from dex._wsframes import DirectFrames, message_limit, sansio_ready, text_frame
+from dex._wsframes import (
+    DirectFrames,
+    frames_sendable,
+    message_limit,
+    sansio_ready,
+    text_frame,
+)
 from dex.errors import error_from_code
 
 if TYPE_CHECKING:
@@ -101,12 +107,11 @@ class DirectConnection(DirectFrames, ClientConnection):
 
     def send_text_now(self, data: bytes) -> None:
         """Write ``data`` as one text message now (the connection must be open)."""
-        protocol = self.protocol
-        if protocol.extensions or protocol.state is not State.OPEN:
-            protocol.send_text(data)
+        if frames_sendable(self.protocol):
+            self.transport.write(text_frame(data, masked=True))
+        else:
+            self.protocol.send_text(data)
             self.send_data()
-            return
-        self.transport.write(text_frame(data, masked=True))
 
     def _direct_ready(self) -> bool:
         return self.sink is not None and sansio_ready(self.protocol)
