@@ -18,6 +18,7 @@ from dex_server.service._common import Effects, ReadyTask
 from dex_server.service._flowops import prebuild
 from dex_server.store import ExecRecord, FlowRecord, SqliteStore, StoredValue, Tx
 from dex_server.store._contract import Snapshot
+from dex_server.store._records import Phase
 from dex_server.store.postgres import PostgresStore
 
 from tests._pg import db_url, postgres_reachable
@@ -99,15 +100,18 @@ async def test_snapshot_matches_singletons_and_channel_sizes(store: Store) -> No
 
     await store.run(setup)
 
-    def read(tx: Tx) -> tuple[Snapshot, Snapshot, Snapshot]:
+    def read(tx: Tx) -> tuple[Snapshot, Snapshot, Snapshot, Snapshot, Snapshot]:
         return (
             tx.state.snapshot("r1"),
             (tx.state.singletons("r1"), tx.channels.sizes("r1")),
             tx.state.snapshot("empty"),
+            # with the run's type: the first read learns its maps, the second skips them
+            tx.state.snapshot("r1", "T"),
+            tx.state.snapshot("r1", "T"),
         )
 
-    snap, separate, empty = await store.run(read)
-    assert snap == separate
+    snap, separate, empty, first, learnt = await store.run(read)
+    assert snap == separate == first == learnt
     values, sizes = snap
     assert sorted(values) == ["A", "B", "Big"]
     assert values["Big"].blob == "h" * 64 and values["A"].value == msgspec.Raw(b"1")
@@ -115,6 +119,24 @@ async def test_snapshot_matches_singletons_and_channel_sizes(store: Store) -> No
     assert empty == ({}, {})
     # the reader's snapshot reads the same
     assert await store.read(lambda tx: tx.state.snapshot("r1")) == snap
+
+
+async def test_waiting_reads_only_the_executions_in_the_waiting_phase(store: Store) -> None:
+    def setup(tx: Tx) -> None:
+        tx.flows.insert(_flow("r1"))
+        phases: list[Phase] = ["execute", "waiting", "wait_for"]
+        for n, phase in enumerate(phases, start=1):
+            e = _exec("r1", f"S-{n}")
+            e.phase = phase
+            tx.executions.put(e)
+        other = _exec("r2", "S-9")
+        other.phase = "waiting"
+        tx.executions.put(other)
+
+    await store.run(setup)
+    waiting = await store.run(lambda tx: tx.executions.waiting("r1"))
+    assert [(e.execution_id, e.phase) for e in waiting] == [("S-2", "waiting")]
+    assert await store.run(lambda tx: tx.executions.waiting("none")) == []
 
 
 async def test_snapshot_later_sees_the_jobs_writes_before_the_result(store: Store) -> None:
@@ -195,9 +217,11 @@ async def test_the_tasks_one_job_makes_ready_share_one_snapshot_read(store: Stor
             tx.executions.put(r.record)
         real = tx.state.snapshot_later
 
-        def counted(run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+        def counted(
+            run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
+        ) -> None:
             reads.append(run_id)
-            real(run_id, fill)
+            real(run_id, fill, flow_type)
 
         tx.state.snapshot_later = counted  # type: ignore[method-assign]
         try:

@@ -194,8 +194,9 @@ class TypeCodec:
         try:
             data = _ENCODER.encode(value)
             # msgspec writes NaN and infinities as null: only output holding a null can
-            # hide one, and only then is the value walked to find and name it.
-            if self._may_hold_float and b"null" in data:
+            # hide one, and only then is the value walked to find and name it. (``find``:
+            # ``in`` first tries the operand as a byte value and formats a TypeError.)
+            if self._may_hold_float and data.find(b"null") >= 0:
                 builtins = msgspec.to_builtins(value, order="sorted")
                 if _non_finite(builtins):
                     _check_finite(builtins, "$")

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec import Raw
 
+from dex._codec import ANY_CODEC
+from dex._decisions import DecisionKind, StepDecision
 from dex._options import RetryPolicy, StepOptions, WaitForFailurePolicy, seconds
 from dex._protocol import (
     ConditionSpec,
@@ -310,9 +312,6 @@ def decision_spec(decision: object, entry: FlowEntry, step_type: str | None = No
         ValueMappingError: an input or output cannot be encoded.
 
     """
-    from dex._codec import ANY_CODEC
-    from dex._decisions import DecisionKind, StepDecision
-
     if not isinstance(decision, StepDecision):
         raise InvalidStepResultError(
             entry.flow_type,

@@ -98,7 +98,7 @@ def prebuild(tx: Tx, flow: FlowRecord, eff: Effects) -> None:
             if e is not None:
                 r.task = build_step_task(tx, flow, e, _unread(r), shared)
                 r.version = flow.version
-    shared.read(tx, flow.run_id)
+    shared.read(tx, flow.run_id, flow.flow_type)
 
 
 def _unread(r: ReadyTask) -> Callable[[], None]:
@@ -119,7 +119,7 @@ def run_matching(
     timer loop, which passes them); under HANDLER it becomes an execute task.
     """
     waiting = sorted(
-        (e for e in tx.executions.of_run(flow.run_id) if e.phase == "waiting" and e.wait),
+        (e for e in tx.executions.waiting(flow.run_id) if e.wait),
         key=lambda e: e.wait_seq,
     )
     if not waiting:

@@ -24,7 +24,7 @@ class SharedSnapshot:
     def add(self, fill: Callable[[Snapshot | None], None]) -> None:
         self._fills.append(fill)
 
-    def read(self, tx: Tx, run_id: str) -> None:
+    def read(self, tx: Tx, run_id: str, flow_type: str) -> None:
         fills, self._fills = self._fills, []
         if not fills:
             return
@@ -33,7 +33,7 @@ class SharedSnapshot:
             for fill in fills:
                 fill(snap)
 
-        tx.state.snapshot_later(run_id, fill_all)
+        tx.state.snapshot_later(run_id, fill_all, flow_type)
 
 
 def _fill_state(
@@ -69,11 +69,11 @@ def _fill_state(
                 task.attributes[name] = v.value
 
     if unread is None:
-        fill(tx.state.snapshot(run_id))
+        fill(tx.state.snapshot(run_id, task.flow_type))
     elif shared is not None:
         shared.add(fill)
     else:
-        tx.state.snapshot_later(run_id, fill)
+        tx.state.snapshot_later(run_id, fill, task.flow_type)
     task.loaded_maps = list(loads.attribute_maps)
     task.loaded_map_instances = list(loads.attribute_map_instances)
     chans = [*loads.channels, *loads.channel_map_instances]

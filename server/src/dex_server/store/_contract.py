@@ -71,20 +71,26 @@ class ExecutionsStore(Protocol):
         """Delete an execution that ended, and its timers."""
 
     def of_run(self, run_id: str) -> list[ExecRecord]: ...
+    def waiting(self, run_id: str) -> list[ExecRecord]:
+        """The run's executions in the ``waiting`` phase (the others are not decoded)."""
+
     def delete_run(self, run_id: str) -> None: ...
 
 
 class StateStore(Protocol):
     def get(self, run_id: str, name: str) -> StoredValue | None: ...
     def singletons(self, run_id: str) -> dict[str, StoredValue]: ...
-    def snapshot(self, run_id: str) -> Snapshot:
+    def snapshot(self, run_id: str, flow_type: str = "") -> Snapshot:
         """``singletons(run_id)`` and ``channels.sizes(run_id)`` in one database trip.
 
-        What every task snapshot reads; on PostgreSQL the two reads travel together.
+        What every task snapshot reads; on PostgreSQL the two reads travel together, and
+        on SQLite too once the maps of ``flow_type`` (the run's type, if given) are known.
         """
 
-    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
-        """``fill(snapshot(run_id))`` as of this point of the job, called at once or later.
+    def snapshot_later(
+        self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
+    ) -> None:
+        """``fill(snapshot(run_id, flow_type))`` as of this point of the job, at once or later.
 
         PostgreSQL sends the read with the transaction's COMMIT and calls ``fill`` once
         that came back (one round trip less per Step), before the job's future resolves:

@@ -245,6 +245,14 @@ class PgExecutions(_Repo):
         )
         return [with_claim(exec_decoder.decode(_b(r[0])), r[1], r[2]) for r in rows]
 
+    def waiting(self, run_id: str) -> list[ExecRecord]:
+        rows = self.rows(
+            "SELECT data, claimed_by, claim_epoch FROM executions"
+            " WHERE run_id=%s AND phase='waiting'",
+            (run_id,),
+        )
+        return [with_claim(exec_decoder.decode(_b(r[0])), r[1], r[2]) for r in rows]
+
     def delete_run(self, run_id: str) -> None:
         self.run("DELETE FROM executions WHERE run_id=%s", (run_id,))
 
@@ -289,10 +297,12 @@ class PgState(_Repo):
         rows = self.rows(_SINGLETONS, (run_id,))
         return {str(r[0]): _value(r[1], r[2], r[3]) for r in rows}
 
-    def snapshot(self, run_id: str) -> Snapshot:
+    def snapshot(self, run_id: str, flow_type: str = "") -> Snapshot:
         return _snapshot(self.rows(_SNAPSHOT, (run_id, run_id)))
 
-    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
+    def snapshot_later(
+        self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
+    ) -> None:
         if self.c.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
             fill(self.snapshot(run_id))  # a reader, or the store's statement-by-statement retry
             return

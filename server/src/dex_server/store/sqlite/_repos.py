@@ -12,7 +12,6 @@ from dex_server.store._records import (
     FlowRecord,
     PendingMessage,
     StoredValue,
-    attribute_row,
     claim,
     exec_decoder,
     flow_decoder,
@@ -33,7 +32,58 @@ _SINGLETONS_FROM = (
 )
 
 
+_SNAPSHOT_TYPES = 1024  # Flow types whose maps are remembered
+_SNAPSHOT_MAPS = 64  # maps remembered per Flow type
+
+
+def _snapshot_between_sql(maps: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """One statement: the run's names outside every ``<map>/`` range, then its Channels.
+
+    Returns the SQL (``?1`` is the run) and the bounds its other parameters take, in
+    order. The ranges of distinct maps are disjoint (a map's name holds no "/"), so the
+    gaps between them, in order, are the names left. No ``ORDER BY``: each arm is a range
+    of the primary key and nothing needs sorting.
+    """
+    arms: list[str] = []
+    bounds: list[str] = []
+    low = ""
+    for start, end in sorted((m + "/", m + "0") for m in maps):
+        bounds += [low, start]
+        arms.append(f"name>=?{len(bounds)} AND name<?{len(bounds) + 1}")
+        low = end
+    bounds.append(low)
+    arms.append(f"name>=?{len(bounds) + 1}")
+    select = "SELECT 0, name, value, blob_hash, size FROM attributes WHERE run_id=?1 AND "
+    sql = (
+        " UNION ALL ".join(select + arm for arm in arms)
+        + " UNION ALL SELECT 1, channel, NULL, NULL, size FROM channel_sizes WHERE run_id=?1"
+    )
+    return sql, tuple(bounds)
+
+
 _WRITE_CHUNK = 500  # names per statement, well under SQLite's bound on parameters
+
+
+def _blob(record: object) -> bytearray:
+    """``record`` encoded for a BLOB parameter.
+
+    ``sqlite3`` binds a ``bytearray`` as it is, while each ``bytes`` parameter (and each
+    ``None``) first goes through its adapter lookup, whose failed attribute lookups cost
+    several times the binding itself; the hot statements pass ``bytearray`` and literal
+    ``NULL`` s instead.
+    """
+    buf = bytearray()
+    record_encoder.encode_into(record, buf)
+    return buf
+
+
+_AttributeRow = tuple[str, str, str | None, bytearray | None, str | None, int]
+
+
+def _attribute_row(run_id: str, name: str, value: StoredValue) -> _AttributeRow:
+    """``attribute_row`` with the value as a ``bytearray`` (see ``_blob``)."""
+    data = bytearray(value.value) if value.value is not None else None
+    return (run_id, name, map_of(name), data, value.blob, value.size)
 
 
 def _marks(n: int) -> str:
@@ -68,15 +118,22 @@ class SqliteFlows:
         return cur.rowcount > 0
 
     def update(self, flow: FlowRecord) -> None:
-        data = record_encoder.encode(flow)
+        data = _blob(flow)
         # SQLite rewrites the index entries of every column an UPDATE sets, changed or not:
         # while a run's indexed columns stay as they are (every Step of a running run),
         # set its data alone and write one page to the WAL instead of three
-        cur = self.c.execute(
-            "UPDATE flows SET data=? WHERE run_id=? AND status=? AND retain_until IS ?"
-            " AND closed_at IS ?",
-            (data, flow.run_id, flow.status, flow.retain_until, flow.closed_at),
-        )
+        if flow.retain_until is None and flow.closed_at is None:
+            cur = self.c.execute(
+                "UPDATE flows SET data=? WHERE run_id=? AND status=? AND retain_until IS NULL"
+                " AND closed_at IS NULL",
+                (data, flow.run_id, flow.status),
+            )
+        else:
+            cur = self.c.execute(
+                "UPDATE flows SET data=? WHERE run_id=? AND status=? AND retain_until IS ?"
+                " AND closed_at IS ?",
+                (data, flow.run_id, flow.status, flow.retain_until, flow.closed_at),
+            )
         if cur.rowcount == 0:
             self.c.execute(
                 "UPDATE flows SET status=?, retain_until=?, data=?, closed_at=? WHERE run_id=?",
@@ -178,8 +235,14 @@ class SqliteExecutions:
         self.me = server_id
 
     def put(self, e: ExecRecord) -> None:
-        ready = e.not_before if e.phase != "waiting" else None
         claim(e, self.me)
+        if e.phase == "waiting":  # unclaimed and not ready: no NULL parameters (see _blob)
+            self.c.execute(
+                "INSERT OR REPLACE INTO executions (run_id, execution_id, phase, data,"
+                " ready_at, claimed_by, claim_epoch) VALUES (?,?,?,?,NULL,NULL,?)",
+                (e.run_id, e.execution_id, e.phase, _blob(e), e.claim_epoch),
+            )
+            return
         self.c.execute(
             "INSERT OR REPLACE INTO executions (run_id, execution_id, phase, data, ready_at,"
             " claimed_by, claim_epoch) VALUES (?,?,?,?,?,?,?)",
@@ -187,8 +250,8 @@ class SqliteExecutions:
                 e.run_id,
                 e.execution_id,
                 e.phase,
-                record_encoder.encode(e),
-                ready,
+                _blob(e),
+                e.not_before,
                 e.claimed_by,
                 e.claim_epoch,
             ),
@@ -209,6 +272,14 @@ class SqliteExecutions:
         )
         return [with_claim(exec_decoder.decode(r[0]), r[1], r[2]) for r in rows]
 
+    def waiting(self, run_id: str) -> list[ExecRecord]:
+        rows = self.c.execute(
+            "SELECT data, claimed_by, claim_epoch FROM executions"
+            " WHERE run_id=? AND phase='waiting'",
+            (run_id,),
+        )
+        return [with_claim(exec_decoder.decode(r[0]), r[1], r[2]) for r in rows]
+
     def delete_run(self, run_id: str) -> None:
         self.c.execute("DELETE FROM executions WHERE run_id=?", (run_id,))
 
@@ -216,6 +287,10 @@ class SqliteExecutions:
 class SqliteState:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn
+        # per Flow type, the maps whose instances its runs hold: a task snapshot then reads
+        # the singletons between their ranges, and the Channel sizes, in one statement
+        self._maps: dict[str, tuple[str, ...]] = {}
+        self._between: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
 
     @staticmethod
     def _value(value: bytes | None, blob: str | None, size: int) -> StoredValue:
@@ -231,10 +306,14 @@ class SqliteState:
         return self._value(*row) if row else None
 
     def singletons(self, run_id: str) -> dict[str, StoredValue]:
+        return self._walk(run_id, set())
+
+    def _walk(self, run_id: str, heads: set[str]) -> dict[str, StoredValue]:
         # Every Step task loads the singletons, so the cost must not grow with a map's
         # instances (an agent's messages): walk the run's names in key order and, after a
         # few consecutive instances of one map, jump past its "<map>/..." range (to
         # "<map>0", the next string after all of them) instead of reading every row.
+        # ``heads`` collects the maps seen on the way.
         out: dict[str, StoredValue] = {}
         bound = ""
         while True:
@@ -245,6 +324,7 @@ class SqliteState:
                     out[name] = self._value(value, blob, size)
                     continue
                 head = name.partition("/")[0]
+                heads.add(head)
                 seen = seen + 1 if head == in_map else 1
                 in_map = head
                 if seen >= _SINGLETONS_SKIP_AFTER:
@@ -254,11 +334,64 @@ class SqliteState:
                 return out
             bound = jump
 
-    def snapshot(self, run_id: str) -> Snapshot:
-        return self.singletons(run_id), _channel_sizes(self.c, run_id)
+    def snapshot(self, run_id: str, flow_type: str = "") -> Snapshot:
+        maps = self._maps.get(flow_type) if flow_type else None
+        if maps is not None:
+            snap = self._snapshot_between(run_id, flow_type, maps)
+            if snap is not None:
+                return snap
+        heads: set[str] = set()
+        values = self._walk(run_id, heads)
+        if flow_type:
+            self._learn(flow_type, heads)
+        return values, _channel_sizes(self.c, run_id)
 
-    def snapshot_later(self, run_id: str, fill: Callable[[Snapshot | None], None]) -> None:
-        fill(self.snapshot(run_id))
+    def _snapshot_between(
+        self, run_id: str, flow_type: str, maps: tuple[str, ...]
+    ) -> Snapshot | None:
+        """The snapshot in one statement that skips the ranges of ``maps``' instances.
+
+        A singleton's name holds no "/", so it never falls in a map's "<map>/..." range,
+        whatever ``maps`` holds: the maps only decide how many rows are read. Instances of
+        a map not in ``maps`` are read and dropped, and the map is learnt; ``None`` (walk
+        instead) once more of them came than a walk would read.
+        """
+        between = self._between.get(maps)
+        if between is None:
+            if len(self._between) >= _SNAPSHOT_TYPES:
+                self._between.clear()
+            between = self._between[maps] = _snapshot_between_sql(maps)
+        sql, bounds = between
+        values: dict[str, StoredValue] = {}
+        sizes: dict[str, int] = {}
+        heads: set[str] = set()
+        strays = 0
+        for channel_row, name, value, blob, size in self.c.execute(sql, (run_id, *bounds)):
+            if channel_row:
+                sizes[name] = size
+            elif "/" not in name:
+                values[name] = self._value(value, blob, size)
+            else:
+                heads.add(name.partition("/")[0])
+                strays += 1
+                if strays >= _SINGLETONS_SKIP_AFTER:
+                    return None
+        if heads:
+            self._learn(flow_type, heads)
+        return values, sizes
+
+    def _learn(self, flow_type: str, heads: set[str]) -> None:
+        known = self._maps.get(flow_type, ())
+        if known and heads <= set(known):
+            return
+        if len(self._maps) >= _SNAPSHOT_TYPES and flow_type not in self._maps:
+            self._maps.clear()  # a bound for a store with ever new Flow types
+        self._maps[flow_type] = tuple(sorted({*known, *heads}))[:_SNAPSHOT_MAPS]
+
+    def snapshot_later(
+        self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
+    ) -> None:
+        fill(self.snapshot(run_id, flow_type))
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:
@@ -339,16 +472,37 @@ class SqliteState:
             if gone:
                 self.c.executemany("DELETE FROM attributes WHERE run_id=? AND name=?", gone)
             rows = [
-                attribute_row(run_id, name, value) for name, value in chunk if value is not None
+                _attribute_row(run_id, name, value) for name, value in chunk if value is not None
             ]
             if rows:
-                self.c.executemany(
-                    "INSERT OR REPLACE INTO attributes"
-                    " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,?,?)",
-                    rows,
-                )
+                self._insert(rows)
             delta += sum(r[5] for r in rows)
         return delta
+
+    def _insert(self, rows: list[_AttributeRow]) -> None:
+        # A plain value (no blob) binds no NULLs (see _blob): its map and blob columns are
+        # written as literals, one statement for each map column a chunk holds.
+        plain = [r for r in rows if r[4] is None]
+        if len(plain) < len(rows):
+            self.c.executemany(
+                "INSERT OR REPLACE INTO attributes"
+                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,?,?)",
+                [r for r in rows if r[4] is not None],
+            )
+        singles = [(r[0], r[1], r[3], r[5]) for r in plain if r[2] is None]
+        if singles:
+            self.c.executemany(
+                "INSERT OR REPLACE INTO attributes"
+                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,NULL,?,NULL,?)",
+                singles,
+            )
+        instances = [(r[0], r[1], r[2], r[3], r[5]) for r in plain if r[2] is not None]
+        if instances:
+            self.c.executemany(
+                "INSERT OR REPLACE INTO attributes"
+                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,NULL,?)",
+                instances,
+            )
 
     def delete_run(self, run_id: str) -> None:
         self.c.execute("DELETE FROM attributes WHERE run_id=?", (run_id,))
@@ -359,10 +513,18 @@ class SqliteChannels:
         self.c = conn
 
     def publish(self, run_id: str, channel: str, message_id: str, value: bytes) -> None:
+        map_name = map_of(channel)
+        if map_name is None:  # no NULL parameter (see _blob)
+            self.c.execute(
+                "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
+                " VALUES (?,?,NULL,?,?)",
+                (run_id, channel, message_id, bytearray(value)),
+            )
+            return
         self.c.execute(
             "INSERT INTO channel_messages (run_id, channel, map_name, message_id, value)"
             " VALUES (?,?,?,?,?)",
-            (run_id, channel, map_of(channel), message_id, value),
+            (run_id, channel, map_name, message_id, bytearray(value)),
         )
 
     def pending_ids(
@@ -474,7 +636,7 @@ class SqliteHistory:
     ) -> None:
         self.c.execute(
             "INSERT INTO history (run_id, event_id, event_time, type, payload) VALUES (?,?,?,?,?)",
-            (run_id, event_id, event_time, type_, payload),
+            (run_id, event_id, event_time, type_, bytearray(payload)),
         )
 
     def page(self, run_id: str, after: int, limit: int) -> list[tuple[int, float, str, bytes]]:
