@@ -15,6 +15,7 @@ from dex._protocol import (
     Task,
 )
 
+from dex_server.engine.history import blob_reference
 from dex_server.engine.schema import StateNames, index_fields
 from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
@@ -250,8 +251,6 @@ def store_value(tx: Tx, limits: Limits, run_id: str, raw: bytes) -> StoredValue:
 
 
 def history_value(v: StoredValue | None) -> msgspec.Raw | None:
-    from dex_server.engine.history import blob_reference
-
     if v is None:
         return None
     if v.blob is not None:

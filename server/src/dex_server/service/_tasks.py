@@ -4,6 +4,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+import msgspec
 from dex._protocol import ChannelMessageWire, LoadSpec, Task
 
 from dex_server.service._common import SpecIndex
@@ -142,8 +143,6 @@ def build_rpc_task(
     input: bytes | None,
     extra: LoadSpec | None,
 ) -> Task:
-    import msgspec
-
     rpc = idx.rpcs[rpc_name]
     loads = rpc.loads
     if extra is not None:
