@@ -8,8 +8,9 @@
 temporary directory and given its own environment (``uv sync --all-packages --locked``);
 both are removed at the end. Before the first round both builds and their environments get
 their bytecode written (``compileall``), and the runs ignore ``PYTHONDONTWRITEBYTECODE``, so
-neither build runs from source where the other runs from bytecode. Each round runs the benchmark once on A and once on B, the
-order alternating between rounds so that drifting machine load falls on both alike. A run
+neither build runs from source where the other runs from bytecode. Each round runs the
+benchmark once on A and once on B, the order alternating between rounds so that drifting
+machine load falls on both alike. A run
 is ``uv run --project BUILD python SCRIPT ARGS`` with the working directory in ``BUILD``, so
 the script imports that build's packages.
 
