@@ -26,10 +26,14 @@ def _stored(data: object) -> StoredValue:
     return StoredValue(value=msgspec.Raw(raw), blob=None, size=len(raw))
 
 
-def test_singletons_skip_map_instances_and_keep_every_plain_attribute(tmp_path: Path) -> None:
+def _state(tmp_path: Path) -> tuple[sqlite3.Connection, SqliteState, SqliteChannels]:
     conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
     apply_migrations(conn)
-    state = SqliteState(conn)
+    return conn, SqliteState(conn), SqliteChannels(conn)
+
+
+def test_singletons_skip_map_instances_and_keep_every_plain_attribute(tmp_path: Path) -> None:
+    _, state, _ = _state(tmp_path)
     # Plain names sort before, between and after big and small maps; another run's rows
     # and names that merely start like a map ("M0", "M.x") must be handled too.
     plain = ["A", "Log", "Log0", "Log.x", "M", "Mz", "Zed"]
@@ -49,12 +53,6 @@ def test_singletons_skip_map_instances_and_keep_every_plain_attribute(tmp_path: 
     assert all(msgspec.json.decode(found[name].value or b"") == name for name in plain)
     assert sorted(state.singletons("run-2")) == ["Other"]
     assert state.singletons("run-3") == {}
-
-
-def _state(tmp_path: Path) -> tuple[sqlite3.Connection, SqliteState, SqliteChannels]:
-    conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    apply_migrations(conn)
-    return conn, SqliteState(conn), SqliteChannels(conn)
 
 
 def _counted(conn: sqlite3.Connection) -> list[str]:
@@ -175,8 +173,7 @@ def test_a_steps_writes_bind_no_bytes_and_no_none_where_they_can_be_avoided(
 ) -> None:
     # sqlite3 looks up an adapter for every bytes and None parameter (two failed attribute
     # lookups each), for none of the types it binds as they are
-    conn = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    apply_migrations(conn)
+    conn, _, _ = _state(tmp_path)
     recording = _Recording(conn)
     db = cast(sqlite3.Connection, recording)
     flow = FlowRecord(run_id="r1", flow_id="f1", flow_type="T", started_at=1.0)

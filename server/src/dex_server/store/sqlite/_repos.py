@@ -77,15 +77,6 @@ def _blob(record: object) -> bytearray:
     return buf
 
 
-_AttributeRow = tuple[str, str, str | None, bytearray | None, str | None, int]
-
-
-def _attribute_row(run_id: str, name: str, value: StoredValue) -> _AttributeRow:
-    """``attribute_row`` with the value as a ``bytearray`` (see ``_blob``)."""
-    data = bytearray(value.value) if value.value is not None else None
-    return (run_id, name, map_of(name), data, value.blob, value.size)
-
-
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -471,38 +462,38 @@ class SqliteState:
             gone = [(run_id, name) for name, value in chunk if value is None and name in old]
             if gone:
                 self.c.executemany("DELETE FROM attributes WHERE run_id=? AND name=?", gone)
-            rows = [
-                _attribute_row(run_id, name, value) for name, value in chunk if value is not None
-            ]
-            if rows:
-                self._insert(rows)
-            delta += sum(r[5] for r in rows)
+            kept = [(name, value) for name, value in chunk if value is not None]
+            if kept:
+                self._insert(run_id, kept)
+            delta += sum(value.size for _, value in kept)
         return delta
 
-    def _insert(self, rows: list[_AttributeRow]) -> None:
-        # A plain value (no blob) binds no NULLs (see _blob): its map and blob columns are
+    def _insert(self, run_id: str, values: list[tuple[str, StoredValue]]) -> None:
+        # A value kept inline binds no NULLs (see _blob): its map and blob columns are
         # written as literals, one statement for each map column a chunk holds.
-        plain = [r for r in rows if r[4] is None]
-        if len(plain) < len(rows):
-            self.c.executemany(
-                "INSERT OR REPLACE INTO attributes"
-                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,?,?)",
-                [r for r in rows if r[4] is not None],
-            )
-        singles = [(r[0], r[1], r[3], r[5]) for r in plain if r[2] is None]
-        if singles:
-            self.c.executemany(
-                "INSERT OR REPLACE INTO attributes"
-                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,NULL,?,NULL,?)",
-                singles,
-            )
-        instances = [(r[0], r[1], r[2], r[3], r[5]) for r in plain if r[2] is not None]
-        if instances:
-            self.c.executemany(
-                "INSERT OR REPLACE INTO attributes"
-                " (run_id, name, map_name, value, blob_hash, size) VALUES (?,?,?,?,NULL,?)",
-                instances,
-            )
+        blobs: list[tuple[object, ...]] = []
+        singles: list[tuple[object, ...]] = []
+        instances: list[tuple[object, ...]] = []
+        for name, v in values:
+            data = bytearray(v.value) if v.value is not None else None
+            map_name = map_of(name)
+            if v.blob is not None:
+                blobs.append((run_id, name, map_name, data, v.blob, v.size))
+            elif map_name is None:
+                singles.append((run_id, name, data, v.size))
+            else:
+                instances.append((run_id, name, map_name, data, v.size))
+        for sql, rows in (
+            ("VALUES (?,?,?,?,?,?)", blobs),
+            ("VALUES (?,?,NULL,?,NULL,?)", singles),
+            ("VALUES (?,?,?,?,NULL,?)", instances),
+        ):
+            if rows:
+                self.c.executemany(
+                    "INSERT OR REPLACE INTO attributes"
+                    " (run_id, name, map_name, value, blob_hash, size) " + sql,
+                    rows,
+                )
 
     def delete_run(self, run_id: str) -> None:
         self.c.execute("DELETE FROM attributes WHERE run_id=?", (run_id,))
