@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from dex_agents import (
     AgentSessionFlow,
     AgentSessionOptions,
+    FrameworkMessage,
     MessageRole,
     ToolEffect,
     ToolExecutionError,
@@ -237,9 +239,31 @@ def continue_loop_model() -> ScriptedModel:
 
 # --------------------------------------------------------------------------- scenarios
 
+
+class FlakyUserMessageRunner(ScriptedRunner):
+    """``build_user_message`` fails the first time it sees a text starting with "flaky".
+
+    A marker file in the scenario's state folder remembers that first time across
+    processes, and tells the test that a Step took the message and failed with it.
+    """
+
+    def __init__(self, *args: Any, marker: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._marker = marker
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        if text.startswith("flaky") and not self._marker.exists():
+            self._marker.touch()
+            raise ValueError("this runner fails a flaky message once")
+        return super().build_user_message(text)
+
+
+FLAKY_MARKER = "flaky-message-failed"
+
 _MODELS: dict[str, Callable[[], ScriptedModel]] = {
     "router": router_model,
     "gated": router_model,
+    "flaky_message": router_model,
     "model_crash": model_crash_model,
     "failing_turn": failing_turn_model,
     "bad_ids": bad_ids_model,
@@ -252,6 +276,7 @@ _MODELS: dict[str, Callable[[], ScriptedModel]] = {
 }
 
 _GATES: dict[str, dict[str, str]] = {
+    "flaky_message": {"lookup_order": "lookup_order"},
     "gated": {
         "lookup_order": "lookup_order",
         "add_note": "add_note",
@@ -268,12 +293,17 @@ def flow_type(scenario: str) -> str:
 
 def build_flow(scenario: str, state_dir: Path) -> AgentSessionFlow:
     """The scenario's Flow; the same in the test process and the Worker child."""
-    runner = ScriptedRunner(
+    runner_type: Any = ScriptedRunner
+    extra: dict[str, Any] = {}
+    if scenario == "flaky_message":
+        runner_type, extra = FlakyUserMessageRunner, {"marker": state_dir / FLAKY_MARKER}
+    runner = runner_type(
         _MODELS[scenario](),
         TOOLS,
         log=InvocationLog(state_dir / "calls.log"),
         gate_dir=state_dir,
         tool_gates=_GATES.get(scenario),
+        **extra,
     )
     deadline = timedelta(seconds=1) if scenario == "deadline" else None
     calls = CONTINUE_LOOP_LIMIT if scenario == "continue_loop" else 50

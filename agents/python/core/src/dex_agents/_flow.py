@@ -29,6 +29,7 @@ from dex_agents._records import (
     ListAgentMessagesRequest,
     ReconcileToolCallRequest,
     ResolveInterruptRequest,
+    UserInputCounts,
 )
 from dex_agents._rpcs import (
     TurnStopPlan,
@@ -179,6 +180,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             p.InterruptResolutions,
             p.ToolCallResults,
             p.TurnControl,
+            p.UserInputCounts,
             self.agent_events,
         )
 
@@ -298,12 +300,17 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
 def _is_idle(context: Context, state: AgentState) -> bool:
     # AwaitUserMessage is waiting (every Step that leaves a turn goes to it in the commit
-    # that writes this status), and it has nothing to fire on yet.
+    # that writes this status), and it has nothing to fire on yet: nothing queued, and
+    # nothing it took already (a message it took has left the Channel before its execute
+    # commits; cancelling it then would lose the message).
+    counts = persistence.UserInputCounts.get(context) or UserInputCounts()
     return (
         state.active_turn_id is None
         and state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
         and persistence.QueuedUserMessages.size(context) == 0
         and persistence.TurnControl.size(context) == 0
+        and counts.queued_messages == state.taken_messages
+        and counts.published_controls == state.taken_controls
     )
 
 

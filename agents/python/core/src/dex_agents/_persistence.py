@@ -30,6 +30,7 @@ from dex_agents._records import (
     AgentUserMessage,
     ToolCallCompleted,
     TurnControl,
+    UserInputCounts,
 )
 from dex_agents._records import AgentState as AgentStateValue
 from dex_agents._records import AgentUsage as AgentUsageValue
@@ -44,6 +45,7 @@ QUEUED_USER_MESSAGES: Final = "QueuedUserMessages"
 INTERRUPT_RESOLUTIONS: Final = "InterruptResolutions"
 TOOL_CALL_RESULTS: Final = "ToolCallResults"
 TURN_CONTROL: Final = "TurnControl"
+USER_INPUT_COUNTS: Final = "UserInputCounts"
 AGENT_EVENTS: Final = "AgentEvents"
 
 
@@ -61,6 +63,9 @@ class AgentPersistence:
         InterruptResolutions: ChannelMap of ``AgentInterruptResolution`` by interrupt ID.
         ToolCallResults: internal Channel of ``ToolCallCompleted``.
         TurnControl: internal Channel of steer and cancel requests (beyond the seeds).
+        UserInputCounts: internal Attribute counting what RPCs queued and published, which
+            tells an idle session from one whose waiting Step holds a message (beyond the
+            seeds).
 
     """
 
@@ -77,6 +82,7 @@ class AgentPersistence:
     InterruptResolutions: Final = ChannelMap(INTERRUPT_RESOLUTIONS, AgentInterruptResolution)
     ToolCallResults: Final = Channel(TOOL_CALL_RESULTS, ToolCallCompleted)
     TurnControl: Final = Channel(TURN_CONTROL, TurnControl)
+    UserInputCounts: Final = Attribute(USER_INPUT_COUNTS, UserInputCounts)
 
 
 persistence: Final = AgentPersistence()

@@ -310,6 +310,24 @@ class TurnControl(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
 
 
+class UserInputCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """What RPCs handed to the session's waiting Steps so far (``UserInputCounts`` Attribute).
+
+    Written by RPCs only (they commit one at a time), so no Step's write can overwrite a
+    count. Compared with ``AgentState.taken_messages`` / ``taken_controls``: while they
+    differ, a waiting Step holds or will take something, and the session is not idle even
+    when both Channels read empty. Beyond the seeds.
+
+    Attributes:
+        queued_messages: user messages queued in ``QueuedUserMessages``.
+        published_controls: steer and cancel requests published to ``TurnControl``.
+
+    """
+
+    queued_messages: int = 0
+    published_controls: int = 0
+
+
 class AgentState(msgspec.Struct, frozen=True, kw_only=True):
     """The session's state (``AgentState`` Attribute).
 
@@ -328,6 +346,9 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
         model_message_count: ``message_count`` when the last model call read the
             messages; the turn's first ``RunModel`` is scheduled with the messages stored
             since then loaded, so it need not ask the server for them. Beyond the seeds.
+        taken_messages / taken_controls: queued user messages and turn controls that
+            ``AwaitUserMessage`` and ``StopTurn`` took so far (see ``UserInputCounts``).
+            Beyond the seeds.
 
     """
 
@@ -339,6 +360,8 @@ class AgentState(msgspec.Struct, frozen=True, kw_only=True):
     turn_model_calls: int = 0
     turn_start_unannounced: bool = False
     model_message_count: int = 0
+    taken_messages: int = 0
+    taken_controls: int = 0
 
 
 class AgentSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -42,6 +42,7 @@ from dex_agents._records import (
     ResolveInterruptRequest,
     ToolCallReconciliation,
     TurnControl,
+    UserInputCounts,
 )
 from dex_agents._session import all_tool_calls, finish_tool_call, pending_interrupts
 from dex_agents._text import SEQUENCE_KEY_DIGITS, is_blank, message_sequence_key
@@ -56,6 +57,10 @@ def send_user_message(ctx: Context, message: AgentUserMessage) -> bool:
     if is_blank(message.text):
         return False
     persistence.QueuedUserMessages.publish(ctx, AgentUserMessage(text=message.text))
+    counts = persistence.UserInputCounts.get(ctx) or UserInputCounts()
+    persistence.UserInputCounts.set(
+        ctx, replace(counts, queued_messages=counts.queued_messages + 1)
+    )
     return True
 
 
@@ -320,5 +325,9 @@ def apply_turn_stop(ctx: Context, kind: TurnControlKind, text: str, plan: TurnSt
     if not plan.publish:
         return
     persistence.TurnControl.publish(ctx, TurnControl(kind=kind, text=text))
+    counts = persistence.UserInputCounts.get(ctx) or UserInputCounts()
+    persistence.UserInputCounts.set(
+        ctx, replace(counts, published_controls=counts.published_controls + 1)
+    )
     if plan.cancel_approvals:
         _cancel_waiting_approvals(ctx)

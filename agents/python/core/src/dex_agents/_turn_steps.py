@@ -180,6 +180,17 @@ def fail_turn(
     return StepDecision.go_to(AwaitUserMessage)
 
 
+def took(state: AgentState, *, messages: int = 0, controls: int = 0) -> AgentState:
+    """``state`` counting the queued messages and controls a waiting Step just took."""
+    if not messages and not controls:
+        return state
+    return replace(
+        state,
+        taken_messages=state.taken_messages + messages,
+        taken_controls=state.taken_controls + controls,
+    )
+
+
 def steer_text(controls: list[TurnControl]) -> str | None:
     """Return the text that starts the next turn: steers after the last cancel, joined."""
     texts: list[str] = []
@@ -227,14 +238,17 @@ class AwaitUserMessage(_TurnStep):
         )
 
     async def execute(self, context: Context, input: None) -> StepDecision:
-        text = steer_text(persistence.TurnControl.results(context))
+        controls = persistence.TurnControl.results(context)
+        queued = persistence.QueuedUserMessages.results(context)
+        state = took(get_state(context), messages=len(queued), controls=len(controls))
+        text = steer_text(controls)
         if text is None:
-            queued = persistence.QueuedUserMessages.results(context)
             text = queued[0].text if queued else None
         if text is None or is_blank(text):
             # A cancel with no turn to cancel, or nothing usable: keep waiting.
+            persistence.AgentState.set(context, state)
             return StepDecision.go_to(AwaitUserMessage)
-        return start_turn(self._parts, context, get_state(context), text)
+        return start_turn(self._parts, context, state, text)
 
 
 class RunModel(_TurnStep):
@@ -528,8 +542,9 @@ class StopTurn(_TurnStep):
         return Wait.until(persistence.TurnControl.at_most(MAX_CONTROL_BATCH))
 
     async def execute(self, context: Context, input: None) -> StepDecision:
-        text = steer_text(persistence.TurnControl.results(context))
-        state = get_state(context)
+        controls = persistence.TurnControl.results(context)
+        text = steer_text(controls)
+        state = took(get_state(context), controls=len(controls))
         turn_id = state.active_turn_id
         if turn_id is not None:
             records = all_tool_calls(context)
