@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import _callgrind
 
@@ -58,23 +59,31 @@ async def run_turns(sessions: int, turns: int) -> None:
     from dex_agents import AgentSessionClient
     from dex_server.app import ServerConfig
     from dex_server.embedded import EmbeddedServer
-    from dex_server.service import _runtime
+    from dex_server.service import _runtime, _steps
     from dex_server.service._common import Effects
 
     logging.disable(logging.INFO)
     waiting: dict[str, asyncio.Event] = {}
+    recorded: list[str] = []
     apply = _runtime.Runtime.apply
+    append_history = _steps.append_history  # type: ignore[attr-defined]
+
+    def appended(tx: Any, flow: Any, type_: str, payload: bytes, now: float) -> None:
+        append_history(tx, flow, type_, payload, now)
+        # a session's turn is over once its next wait for a user message is recorded
+        # (a wait_for task of its own, or inline in the turn's last commit)
+        if type_ == "StepWaitForCompleted" and b'"stepType":"AwaitUserMessage"' in payload:
+            recorded.append(flow.flow_id)
 
     def applied(self: _runtime.Runtime, eff: Effects) -> None:
         apply(self, eff)
-        # a session's turn is over once its next wait for a user message is scheduled
-        for ready in eff.ready:
-            if ready.kind == "wait_for" and ready.execution_id.startswith("AwaitUserMessage"):
-                event = waiting.get(ready.flow_id)
-                if event is not None:
-                    event.set()
+        while recorded:  # the job that recorded it has committed
+            event = waiting.get(recorded.pop())
+            if event is not None:
+                event.set()
 
     _runtime.Runtime.apply = applied  # type: ignore[method-assign]
+    _steps.append_history = appended  # type: ignore[attr-defined]
     flow = agent_turn.build_flow()
     registry = Registry([flow], allow_async_handlers=True)
     workdir = Path(tempfile.mkdtemp(prefix="dex-turn-ir-"))

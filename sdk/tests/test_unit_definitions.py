@@ -29,7 +29,7 @@ from dex import (
 )
 from dex._protocol import LoadSpec, RetryPolicySpec
 from dex._rpc import rpc_info
-from dex._spec import flow_spec
+from dex._spec import flow_spec, options_spec
 
 
 @dataclass
@@ -180,6 +180,25 @@ def test_step_options_spec() -> None:
     )
     default = next(s for s in spec.steps if s.step_type == "Start").options
     assert default.heartbeat_timeout_s is None and default.execute_timeout_s == 7200
+
+
+def test_wait_for_inline_is_keyword_only_refuses_state_and_reaches_the_spec() -> None:
+    inline = StepOptions(wait_for_inline=True, wait_for_durability=StepDurability.SYNC)
+    assert not StepOptions().wait_for_inline
+    spec = flow_spec(Shop())
+    entry = Registry([Shop()], allow_async_handlers=True).flow_entry(spec.flow_type)
+    assert options_spec(inline, entry, "x").wait_for_inline
+    assert not options_spec(StepOptions(), entry, "x").wait_for_inline
+    inbox = Channel("Inbox", str)
+    total = Attribute("Total", int)
+    for state in (
+        {"wait_for_lock_attributes": (total.lock(),)},
+        {"wait_for_load_channels": (inbox,)},
+    ):
+        with pytest.raises(ValueError, match="wait_for_inline needs a wait_for without locks"):
+            StepOptions(wait_for_inline=True, **state)
+    # locks and loads of execute are its own business
+    StepOptions(wait_for_inline=True, execute_load_channels=(inbox,))
 
 
 def test_retry_policy_zero_means_default() -> None:

@@ -8,7 +8,9 @@ from dex._protocol import (
     ConditionSpec,
     DecisionSpec,
     FlowConfigWire,
+    LoadSpec,
     Movement,
+    StepOptionsSpec,
     WaitSpec,
     WorkerTargetWire,
 )
@@ -23,6 +25,7 @@ from dex_server.engine.waits import (
     TimerSelectionError,
     WaitingExecution,
     check_wait,
+    inline_wait_usable,
     match_waits,
     skip_timer,
 )
@@ -197,3 +200,28 @@ def test_resolve_conditional_complete() -> None:
     assert resolve_conditional_complete(plain, empty=True) is plain
     with pytest.raises(InvalidDecisionError, match="exactly one fallback"):
         resolve_conditional_complete(msgspec.structs.replace(d, movements=[]), empty=True)
+
+
+# --------------------------------------------------------------------------- inline waits
+
+
+def test_an_inline_wait_stands_only_for_a_stateless_wait_for_marked_inline() -> None:
+    inline = StepOptionsSpec(wait_for_inline=True)
+    wait = WaitSpec(conditions=[_chan("c"), _timer(None, 5.0)])
+    assert inline_wait_usable(inline, wait)
+    assert inline_wait_usable(inline, WaitSpec(mode="skip"))
+    # not marked: the Worker's Wait is ignored and wait_for is dispatched as usual
+    assert not inline_wait_usable(StepOptionsSpec(), wait)
+    for state in (
+        {"wait_for_locks": ["Total"]},
+        {"wait_for_loads": LoadSpec(channels=["c"])},
+        {"wait_for_loads": LoadSpec(attribute_map_instances=["m/k"])},
+    ):
+        marked = msgspec.structs.replace(inline, **state)
+        assert not inline_wait_usable(marked, wait)
+    # a SubFlow has to be started by a dispatched wait_for's result
+    child = ConditionSpec(kind="subflow", flow_id="child")
+    assert not inline_wait_usable(inline, WaitSpec(conditions=[child]))
+    # a Wait the matcher cannot run is not taken either
+    bad = WaitSpec(mode="any_combination", conditions=[_chan("c", cid="a")], groups=[[3]])
+    assert not inline_wait_usable(inline, bad)

@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import logging
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from msgspec import Raw
 
@@ -23,6 +24,8 @@ from dex._context import AsyncContext, Context, _Invocation
 from dex._protocol import (
     TIMEOUT_HANDLER_STEP,
     CommittedStreamWrite,
+    ConditionSpec,
+    DecisionSpec,
     ErrorInfo,
     StateValues,
     Task,
@@ -45,6 +48,10 @@ __all__ = ["StateReader", "TaskIO", "error_info", "invoke"]
 
 _MAX_STACK = 8192
 _NULL = b"null"
+# An inline wait_for that has not returned by then is dispatched as usual instead.
+_INLINE_WAIT_FOR_S = 1.0
+
+log = logging.getLogger("dex.worker")
 
 
 class TaskIO(Protocol):
@@ -193,7 +200,60 @@ async def _invoke(
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     with _deterministic():
         decision = decision_spec(result, entry, se.step_type)
+    if decision.kind == "go_to":
+        await _inline_waits(entry, decision, executor)
     return _result(inv, decision=decision)
+
+
+class _NotInline(BaseException):
+    """An inline ``wait_for`` used what only a dispatched one has.
+
+    A BaseException, so that an ``except Exception`` in user code does not swallow it.
+    """
+
+
+class _InlineContext:
+    """The ``context`` of an inline ``wait_for``: any use of it sends the Step the usual way."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise _NotInline(name)
+
+
+_INLINE_CONTEXT: Any = _InlineContext()
+
+
+def _no_subflow(condition: object) -> ConditionSpec:
+    raise _NotInline("SubFlow condition")
+
+
+async def _inline_waits(
+    entry: FlowEntry, decision: DecisionSpec, executor: Executor | None
+) -> None:
+    """Run the ``wait_for`` of each scheduled Step marked ``wait_for_inline``; attach its Wait.
+
+    A movement whose ``wait_for`` cannot run here keeps no Wait: the server dispatches
+    that ``wait_for`` as usual.
+    """
+    for m in decision.movements:
+        target = entry.steps.get(m.step_type)
+        if target is None or target.wait_for_kind not in ("async", "sync"):
+            continue
+        options = m.options if m.options is not None else target.spec.options
+        if not options.wait_for_inline:
+            continue
+        fn: Any = target.step.wait_for
+        try:
+            value = target.input_codec.decode(_input(m.input))
+            async with asyncio.timeout(_INLINE_WAIT_FOR_S):
+                if target.wait_for_kind == "async":
+                    wait = await fn(_INLINE_CONTEXT, value)
+                else:
+                    wait = await _in_thread(executor, fn, _INLINE_CONTEXT, value)
+            m.wait = wait_spec(wait, entry, target.step_type, _no_subflow)
+        except (_NotInline, Exception) as exc:
+            log.debug("%s wait_for not run inline (%r): dispatched as usual", m.step_type, exc)
 
 
 async def _invoke_timeout_handler(

@@ -114,7 +114,7 @@ class StepOptions:
 
     Per-movement options (``StepMovement.of(..., options=...)``) replace the Step type's
     options whole. All fields are optional; None means "unset" (the default applies).
-    Positional order is the order below; the last three are keyword-only.
+    Positional order is the order below; the last four are keyword-only.
 
     Attributes:
         wait_for_method_timeout: per-attempt timeout of ``wait_for`` (None: 2 h).
@@ -139,11 +139,25 @@ class StepOptions:
             was lost, or a Worker rejected it). Default None: the Flow's
             ``get_schedule_to_start_timeout()``, else the server's default (none: a task
             waits for a Worker as long as it takes).
+        wait_for_inline: the Step's ``wait_for`` builds its ``Wait`` from its input alone
+            (keyword-only; default False). Set it for a ``wait_for`` that does not touch
+            its ``context`` (no state, Streams, heartbeats or identity) and has no side
+            effects. The Worker whose ``execute`` schedules the Step then runs that
+            ``wait_for`` itself, right after the ``execute``, and its Wait commits in the
+            same transaction as the decision: the Step waits without a task, a round trip
+            and a commit of its own. History still records its ``StepWaitForCompleted``
+            (attempt 1, output ``inline: true``). Anything the Worker cannot do there
+            (the method touches ``context``, raises, is a generator, or its Wait holds a
+            SubFlow) falls back to the usual dispatch, so the method may run twice. Only
+            movements from an ``execute`` decision go inline; a start, an RPC result or a
+            failure route dispatches ``wait_for`` as usual. Async methods run on the
+            Worker's event loop, sync ones on its executor.
 
     Durations are ``timedelta`` or seconds.
 
     Raises:
-        ValueError: a timeout that is not positive.
+        ValueError: a timeout that is not positive, or ``wait_for_inline`` with
+            ``wait_for`` locks or loads (an inline ``wait_for`` has no state).
 
     """
 
@@ -171,6 +185,7 @@ class StepOptions:
     execute_failure_step: type[Step[Any]] | None = None
     execute_failure_options: StepOptions | None = None
     schedule_to_start_timeout: Duration | None = None
+    wait_for_inline: bool = False
 
     def __post_init__(self) -> None:
         for name in _SEQUENCE_FIELDS:
@@ -185,6 +200,11 @@ class StepOptions:
                     raise ValueError(f"StepOptions.{name} must be positive")
         if self.schedule_to_start_timeout is not None:
             check_schedule_to_start("StepOptions", self.schedule_to_start_timeout)
+        if self.wait_for_inline and any(getattr(self, n) for n in _WAIT_FOR_STATE_FIELDS):
+            raise ValueError(
+                "StepOptions.wait_for_inline needs a wait_for without locks or loads"
+                " (an inline wait_for reads no state)"
+            )
 
     def on_execute_failure_proceed_to(
         self, step: type[Step[Any]], options: StepOptions | None = None
@@ -203,3 +223,4 @@ _SEQUENCE_FIELDS = tuple(
     f.name for f in dataclasses.fields(StepOptions) if "_lock_" in f.name or "_load_" in f.name
 )
 _TIMEOUT_FIELDS = ("wait_for_method_timeout", "execute_method_timeout", "heartbeat_timeout")
+_WAIT_FOR_STATE_FIELDS = tuple(n for n in _SEQUENCE_FIELDS if n.startswith("wait_for_"))

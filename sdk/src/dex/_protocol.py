@@ -84,6 +84,8 @@ class StepOptionsSpec(Struct, kw_only=True, omit_defaults=True):
     execute_locks: list[str] = []
     wait_for_loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
     execute_loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
+    # wait_for builds its Wait from the input alone: a movement may carry it (Movement.wait)
+    wait_for_inline: bool = False
 
 
 class StepSpec(Struct, kw_only=True, omit_defaults=True):
@@ -189,6 +191,8 @@ class Movement(Struct, kw_only=True, omit_defaults=True):
     step_type: str
     input: OptionalRaw = None
     options: StepOptionsSpec | None = None
+    # the target's wait_for result, run inline by the Worker (options.wait_for_inline)
+    wait: WaitSpec | None = None
 
 
 class DecisionSpec(Struct, kw_only=True, omit_defaults=True):

@@ -12,6 +12,7 @@ from tests.e2e_flows import (
     crash_flows,
     defect_flows,
     error_flows,
+    inline_wait_flows,
     lifecycle_flows,
     read_flows,
     reconnect_flows,
@@ -43,6 +44,7 @@ def all_flows() -> Registry:
             *subflow_flows.FLOWS,
             *search_flows.FLOWS,
             *stream_flows.FLOWS,
+            *inline_wait_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dex._protocol import DecisionSpec, Movement, StepOptionsSpec
+from dex._protocol import DecisionSpec, Movement, StepOptionsSpec, WaitSpec
 
 from dex_server.engine.ids import format_execution_id
 
@@ -36,6 +36,8 @@ class NewExecution:
     from_execution_id: str
     input: bytes | None
     options: StepOptionsSpec | None
+    wait: WaitSpec | None = None
+    """The Step's ``wait_for`` result the Worker computed inline (``wait_for_inline``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +101,7 @@ def plan_movements(
                 from_execution_id=from_execution_id,
                 input=bytes(m.input) if m.input is not None else None,
                 options=m.options,
+                wait=m.wait,
             )
         )
     return new, counters

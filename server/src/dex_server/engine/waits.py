@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
-from dex._protocol import ConditionSpec, WaitSpec
+from dex._protocol import ConditionSpec, StepOptionsSpec, WaitSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +174,33 @@ def check_wait(wait: WaitSpec) -> None:
             raise InvalidWaitError(f"a combination names no condition or a missing one: {group}")
         if len(set(group)) != len(group):
             raise InvalidWaitError(f"a combination names a condition twice: {group}")
+
+
+def inline_wait_usable(options: StepOptionsSpec, wait: WaitSpec) -> bool:
+    """Whether a movement's inline ``wait_for`` result may stand for a dispatched one.
+
+    Only for a Step whose options say ``wait_for_inline``, whose ``wait_for`` holds no locks
+    and loads nothing, and whose Wait starts no SubFlow and is one the matcher can run;
+    otherwise the ``wait_for`` is dispatched as usual.
+    """
+    if not options.wait_for_inline or options.wait_for_locks:
+        return False
+    loads = options.wait_for_loads
+    if (
+        loads.attribute_maps
+        or loads.attribute_map_instances
+        or loads.channels
+        or loads.channel_maps
+        or loads.channel_map_instances
+    ):
+        return False
+    if any(c.kind == "subflow" for c in wait.conditions):
+        return False
+    try:
+        check_wait(wait)
+    except InvalidWaitError:
+        return False
+    return True
 
 
 class InvalidWaitError(ValueError):

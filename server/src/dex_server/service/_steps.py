@@ -35,7 +35,7 @@ from dex_server.engine.decisions import channels_empty, resolve_conditional_comp
 from dex_server.engine.ids import new_uuid7
 from dex_server.engine.query import FieldType
 from dex_server.engine.search import index_rows
-from dex_server.engine.waits import InvalidWaitError, check_wait
+from dex_server.engine.waits import InvalidWaitError, check_wait, inline_wait_usable
 from dex_server.service import _children, _locks
 from dex_server.service._common import (
     Effects,
@@ -362,7 +362,16 @@ def apply_step_result(
         cancel_execs(tx, flow, plan.cancel, eff)
         idx = specs.of_run(tx, flow)
         for n in plan.new:
-            schedule(tx, flow, new_exec(tx, limits, flow, idx, n, now), now, eff)
+            child = new_exec(tx, limits, flow, idx, n, now)
+            if (
+                n.wait is not None
+                and child.phase == "wait_for"
+                and inline_wait_usable(child.options, n.wait)
+            ):
+                _apply_inline_wait(tx, flow, child, n.wait, now, eff)
+                published = True
+            else:
+                schedule(tx, flow, child, now, eff)
         if plan.close is not None:
             close_flow(
                 tx,
@@ -448,6 +457,24 @@ def _apply_wait(
         if c.kind == "timer" and c.fire_at is not None:
             tx.timers.add(flow.run_id, e.execution_id, c.fire_at)
             eff.timers.append((c.fire_at, flow.run_id, e.execution_id))
+
+
+def _apply_inline_wait(
+    tx: Tx, flow: FlowRecord, e: ExecRecord, wait: WaitSpec, now: float, eff: Effects
+) -> None:
+    """Record the Wait a Worker computed inline as ``e``'s completed first ``wait_for``."""
+    ref = AttemptRef(
+        run_id=flow.run_id, execution_id=e.execution_id, kind="wait_for", attempt=1, started_at=now
+    )
+    inp: dict[str, Any] = {"stepInput": e.input, "locals": {}}
+    output: dict[str, Any] = {
+        "attributeWrites": {},
+        "publishes": [],
+        "events": [],
+        "locals": {},
+        "inline": True,
+    }
+    _apply_wait(tx, flow, e, ref, wait, inp, output, now, eff)
 
 
 def fail_attempt(

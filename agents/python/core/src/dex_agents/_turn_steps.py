@@ -95,6 +95,7 @@ class ToolSteps:
 
 
 _BASE_OPTIONS = StepOptions(wait_for_durability=SYNC, execute_durability=SYNC)
+_INLINE_WAIT = dataclasses.replace(_BASE_OPTIONS, wait_for_inline=True)
 
 
 def _sync(**fields: Any) -> StepOptions:
@@ -231,6 +232,11 @@ class StartAgentSession(Step[AgentSessionStartInput]):
 
 class AwaitUserMessage(_TurnStep):
     """Waits for the next queued user message (or a steer) and starts a turn with it."""
+
+    def get_step_options(self) -> StepOptions:
+        # Its Wait depends on nothing but the Channels: the Worker of the Step that ends a
+        # turn computes it inline, saving a task and a commit per turn.
+        return _INLINE_WAIT
 
     async def wait_for(self, context: Context, input: None) -> Wait:
         return Wait.any_of(
