@@ -200,7 +200,7 @@ async def _invoke(
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     with _deterministic():
         decision = decision_spec(result, entry, se.step_type)
-    if decision.kind == "go_to":
+    if decision.kind == "go_to" and _any_inline(entry, decision):
         await _inline_waits(entry, decision, executor)
     return _result(inv, decision=decision)
 
@@ -226,6 +226,16 @@ _INLINE_CONTEXT: Any = _InlineContext()
 
 def _no_subflow(condition: object) -> ConditionSpec:
     raise _NotInline("SubFlow condition")
+
+
+def _any_inline(entry: FlowEntry, decision: DecisionSpec) -> bool:
+    for m in decision.movements:
+        target = entry.steps.get(m.step_type)
+        if target is not None and target.wait_for_kind is not None:
+            options = m.options if m.options is not None else target.spec.options
+            if options.wait_for_inline:
+                return True
+    return False
 
 
 async def _inline_waits(
