@@ -27,11 +27,12 @@ from dex._protocol import (
     ConditionSpec,
     DecisionSpec,
     ErrorInfo,
+    Movement,
     StateValues,
     Task,
     TaskResult,
 )
-from dex._registry import FlowEntry, Registry
+from dex._registry import FlowEntry, Registry, StepEntry
 from dex._rpc import RPCResult
 from dex._spec import decision_spec, movement_wire, step_types, wait_spec
 from dex._step import HeartbeatOutput, StepOutput, StreamOutput, handler_kind
@@ -200,8 +201,10 @@ async def _invoke(
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
     with _deterministic():
         decision = decision_spec(result, entry, se.step_type)
-    if decision.kind == "go_to" and _any_inline(entry, decision):
-        await _inline_waits(entry, decision, executor)
+    if decision.kind == "go_to":
+        inline = _inline_targets(entry, decision)
+        if inline:
+            await _inline_waits(entry, inline, executor)
     return _result(inv, decision=decision)
 
 
@@ -228,31 +231,28 @@ def _no_subflow(condition: object) -> ConditionSpec:
     raise _NotInline("SubFlow condition")
 
 
-def _any_inline(entry: FlowEntry, decision: DecisionSpec) -> bool:
-    for m in decision.movements:
-        target = entry.steps.get(m.step_type)
-        if target is not None and target.wait_for_kind is not None:
-            options = m.options if m.options is not None else target.spec.options
-            if options.wait_for_inline:
-                return True
-    return False
-
-
-async def _inline_waits(
-    entry: FlowEntry, decision: DecisionSpec, executor: Executor | None
-) -> None:
-    """Run the ``wait_for`` of each scheduled Step marked ``wait_for_inline``; attach its Wait.
-
-    A movement whose ``wait_for`` cannot run here keeps no Wait: the server dispatches
-    that ``wait_for`` as usual.
-    """
+def _inline_targets(entry: FlowEntry, decision: DecisionSpec) -> list[tuple[Movement, StepEntry]]:
+    """The movements whose target's ``wait_for`` is marked ``wait_for_inline``, with it."""
+    out = []
     for m in decision.movements:
         target = entry.steps.get(m.step_type)
         if target is None or target.wait_for_kind not in ("async", "sync"):
             continue
         options = m.options if m.options is not None else target.spec.options
-        if not options.wait_for_inline:
-            continue
+        if options.wait_for_inline:
+            out.append((m, target))
+    return out
+
+
+async def _inline_waits(
+    entry: FlowEntry, inline: list[tuple[Movement, StepEntry]], executor: Executor | None
+) -> None:
+    """Run each ``wait_for`` of ``inline`` here and attach its Wait to the movement.
+
+    A movement whose ``wait_for`` cannot run here keeps no Wait: the server dispatches
+    that ``wait_for`` as usual.
+    """
+    for m, target in inline:
         fn: Any = target.step.wait_for
         try:
             value = target.input_codec.decode(_input(m.input))

@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
-from dex._protocol import ConditionSpec, StepOptionsSpec, WaitSpec
+from dex._protocol import ConditionSpec, LoadSpec, StepOptionsSpec, WaitSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,14 +185,7 @@ def inline_wait_usable(options: StepOptionsSpec, wait: WaitSpec) -> bool:
     """
     if not options.wait_for_inline or options.wait_for_locks:
         return False
-    loads = options.wait_for_loads
-    if (
-        loads.attribute_maps
-        or loads.attribute_map_instances
-        or loads.channels
-        or loads.channel_maps
-        or loads.channel_map_instances
-    ):
+    if options.wait_for_loads != LoadSpec():
         return False
     if any(c.kind == "subflow" for c in wait.conditions):
         return False

@@ -467,13 +467,7 @@ def _apply_inline_wait(
         run_id=flow.run_id, execution_id=e.execution_id, kind="wait_for", attempt=1, started_at=now
     )
     inp: dict[str, Any] = {"stepInput": e.input, "locals": {}}
-    output: dict[str, Any] = {
-        "attributeWrites": {},
-        "publishes": [],
-        "events": [],
-        "locals": {},
-        "inline": True,
-    }
+    output = {**_effects_output(TaskResult(task_id="")), "inline": True}
     _apply_wait(tx, flow, e, ref, wait, inp, output, now, eff)
 
 

@@ -57,11 +57,21 @@ def send_user_message(ctx: Context, message: AgentUserMessage) -> bool:
     if is_blank(message.text):
         return False
     persistence.QueuedUserMessages.publish(ctx, AgentUserMessage(text=message.text))
+    _handed_over(ctx, messages=1)
+    return True
+
+
+def _handed_over(ctx: Context, *, messages: int = 0, controls: int = 0) -> None:
+    """Count a message queued or a control published for the waiting Steps to take."""
     counts = persistence.UserInputCounts.get(ctx) or UserInputCounts()
     persistence.UserInputCounts.set(
-        ctx, replace(counts, queued_messages=counts.queued_messages + 1)
+        ctx,
+        replace(
+            counts,
+            queued_messages=counts.queued_messages + messages,
+            published_controls=counts.published_controls + controls,
+        ),
     )
-    return True
 
 
 def resolve_interrupt(ctx: Context, request: ResolveInterruptRequest) -> bool:
@@ -325,9 +335,6 @@ def apply_turn_stop(ctx: Context, kind: TurnControlKind, text: str, plan: TurnSt
     if not plan.publish:
         return
     persistence.TurnControl.publish(ctx, TurnControl(kind=kind, text=text))
-    counts = persistence.UserInputCounts.get(ctx) or UserInputCounts()
-    persistence.UserInputCounts.set(
-        ctx, replace(counts, published_controls=counts.published_controls + 1)
-    )
+    _handed_over(ctx, controls=1)
     if plan.cancel_approvals:
         _cancel_waiting_approvals(ctx)
