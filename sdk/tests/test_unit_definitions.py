@@ -201,6 +201,32 @@ def test_wait_for_inline_is_keyword_only_refuses_state_and_reaches_the_spec() ->
     StepOptions(wait_for_inline=True, execute_load_channels=(inbox,))
 
 
+def test_execute_inline_needs_the_same_maps_on_both_methods_and_nothing_else() -> None:
+    carts = AttributeMap("Carts", int)
+    both: dict[str, Any] = {
+        "wait_for_load_attribute_maps": (carts,),
+        "execute_load_attribute_maps": (carts,),
+    }
+    assert not StepOptions().execute_inline
+    spec = flow_spec(Shop())
+    entry = Registry([Shop()], allow_async_handlers=True).flow_entry(spec.flow_type)
+    assert options_spec(StepOptions(execute_inline=True, **both), entry, "x").execute_inline
+    assert not options_spec(StepOptions(**both), entry, "x").execute_inline
+    inbox = Channel("Inbox", str)
+    total = Attribute("Total", int)
+    states: tuple[dict[str, Any], ...] = (
+        {"execute_load_attribute_maps": (carts,)},  # wait_for would not bring the map
+        {"wait_for_load_attribute_maps": (carts,)},
+        {**both, "execute_lock_attributes": (total.lock(),)},
+        {**both, "wait_for_lock_attributes": (total.lock(),)},
+        {**both, "execute_load_channels": (inbox,)},
+        {**both, "execute_load_attribute_map_instances": (carts.load("k"),)},
+    )
+    for state in states:
+        with pytest.raises(ValueError, match="execute_inline needs both methods without locks"):
+            StepOptions(execute_inline=True, **state)
+
+
 def test_retry_policy_zero_means_default() -> None:
     from dex._spec import retry_spec
 

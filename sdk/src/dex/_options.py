@@ -139,6 +139,20 @@ class StepOptions:
             was lost, or a Worker rejected it). Default None: the Flow's
             ``get_schedule_to_start_timeout()``, else the server's default (none: a task
             waits for a Worker as long as it takes).
+        execute_inline: the Step's ``execute`` may run on the Worker that delivers the
+            result satisfying its ``Wait`` (keyword-only; default False), so that it
+            commits with that result: no task, round trip or commit of its own. The
+            Worker does so only when it saw the whole change: it ran this Step's
+            ``wait_for`` (a Wait for ``n`` messages of one Channel that was empty) and the
+            results that published those messages. It rebuilds the snapshot the execute
+            would get; the server takes the outcome only if the task it builds is the
+            same (else it dispatches ``execute`` as usual, so the method may run twice).
+            Set it for an ``execute`` whose effects are all in its result (state writes,
+            publishes, held Stream writes, the decision): no live Stream writes,
+            heartbeats or reads, which make the Worker fall back. Needs both methods
+            without locks, the same AttributeMaps loaded whole by both (the ``wait_for``
+            brings the snapshot), and no other loads. History records the
+            ``StepExecuteCompleted`` with output ``inline: true``.
         wait_for_inline: the Step's ``wait_for`` builds its ``Wait`` from its input alone
             (keyword-only; default False). Set it for a ``wait_for`` that does not touch
             its ``context`` (no state, Streams, heartbeats or identity) and has no side
@@ -156,8 +170,9 @@ class StepOptions:
     Durations are ``timedelta`` or seconds.
 
     Raises:
-        ValueError: a timeout that is not positive, or ``wait_for_inline`` with
-            ``wait_for`` locks or loads (an inline ``wait_for`` has no state).
+        ValueError: a timeout that is not positive, ``wait_for_inline`` with
+            ``wait_for`` locks or loads (an inline ``wait_for`` has no state), or
+            ``execute_inline`` with locks or loads other than the same AttributeMaps.
 
     """
 
@@ -186,6 +201,7 @@ class StepOptions:
     execute_failure_options: StepOptions | None = None
     schedule_to_start_timeout: Duration | None = None
     wait_for_inline: bool = False
+    execute_inline: bool = False
 
     def __post_init__(self) -> None:
         for name in _SEQUENCE_FIELDS:
@@ -204,6 +220,14 @@ class StepOptions:
             raise ValueError(
                 "StepOptions.wait_for_inline needs a wait_for without locks or loads"
                 " (an inline wait_for reads no state)"
+            )
+        if self.execute_inline and (
+            any(getattr(self, n) for n in _INLINE_EXECUTE_EXCLUDED)
+            or self.wait_for_load_attribute_maps != self.execute_load_attribute_maps
+        ):
+            raise ValueError(
+                "StepOptions.execute_inline needs both methods without locks, the same"
+                " AttributeMaps loaded whole by both, and no other loads"
             )
 
     def on_execute_failure_proceed_to(
@@ -224,3 +248,6 @@ _SEQUENCE_FIELDS = tuple(
 )
 _TIMEOUT_FIELDS = ("wait_for_method_timeout", "execute_method_timeout", "heartbeat_timeout")
 _WAIT_FOR_STATE_FIELDS = tuple(n for n in _SEQUENCE_FIELDS if n.startswith("wait_for_"))
+_INLINE_EXECUTE_EXCLUDED = tuple(
+    n for n in _SEQUENCE_FIELDS if not n.endswith("_load_attribute_maps")
+)

@@ -86,6 +86,8 @@ class StepOptionsSpec(Struct, kw_only=True, omit_defaults=True):
     execute_loads: LoadSpec = msgspec.field(default_factory=LoadSpec)
     # wait_for builds its Wait from the input alone: a movement may carry it (Movement.wait)
     wait_for_inline: bool = False
+    # execute may come with the result that satisfies the Wait (TaskResult.inline_execute)
+    execute_inline: bool = False
 
 
 class StepSpec(Struct, kw_only=True, omit_defaults=True):
@@ -331,6 +333,8 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
     rpc_movements: list[Movement] = []
     rpc_cancel_steps: list[str] = []
     stream_writes: list[CommittedStreamWrite] = []  # appended after the commit, in order
+    # the execute of the Step whose Wait this result satisfies (options.execute_inline)
+    inline_execute: InlineExecute | None = None
 
     def __post_init__(self) -> None:
         # A JSON null in attribute_writes decodes as Raw(b"null"); it means "delete".
@@ -338,6 +342,70 @@ class TaskResult(Struct, kw_only=True, omit_defaults=True):
         for name, value in writes.items():
             if value is not None and bytes(value) == b"null":
                 writes[name] = None
+
+
+class InlineExecute(Struct, kw_only=True):
+    """An ``execute`` the Worker ran on the snapshot it expects the server to build.
+
+    The server takes ``result`` only when the task it builds for the execution, once the
+    carrying result has committed, has this ``digest`` (:func:`task_digest`).
+    """
+
+    execution_id: str
+    digest: str
+    result: TaskResult
+
+
+class _DigestFields(Struct, array_like=True):
+    kind: str
+    run_id: str
+    step_type: str | None
+    step_execution_id: str | None
+    from_step_execution_id: str | None
+    attempt: int
+    input: OptionalRaw
+    input_blob: str | None
+    attributes: list[tuple[str, Raw]]
+    blob_refs: list[tuple[str, str]]
+    loaded_maps: list[str]
+    loaded_map_instances: list[str]
+    channel_sizes: list[tuple[str, int]]
+    pending_messages: list[tuple[str, list[ChannelMessageWire]]]
+    loaded_channels: list[str]
+    condition_results: ConditionResultsWire | None
+    recovery_error: RecoveryErrorWire | None
+    wait_for_failed: bool
+    locals: list[tuple[str, Raw]]
+    last_heartbeat_value: OptionalRaw
+
+
+def task_digest(task: Task) -> str:
+    """A hash of everything a handler can see of ``task`` (not its ID, timing or deadline)."""
+    import hashlib
+
+    fields = _DigestFields(
+        kind=task.kind,
+        run_id=task.run_id,
+        step_type=task.step_type,
+        step_execution_id=task.step_execution_id,
+        from_step_execution_id=task.from_step_execution_id,
+        attempt=task.attempt,
+        input=task.input,
+        input_blob=task.input_blob,
+        attributes=sorted(task.attributes.items()),
+        blob_refs=sorted(task.blob_refs.items()),
+        loaded_maps=sorted(task.loaded_maps),
+        loaded_map_instances=sorted(task.loaded_map_instances),
+        channel_sizes=sorted(task.channel_sizes.items()),
+        pending_messages=sorted(task.pending_messages.items()),
+        loaded_channels=sorted(task.loaded_channels),
+        condition_results=task.condition_results,
+        recovery_error=task.recovery_error,
+        wait_for_failed=task.wait_for_failed,
+        locals=sorted(task.locals.items()),
+        last_heartbeat_value=task.last_heartbeat_value,
+    )
+    return hashlib.sha256(msgspec.json.encode(fields)).hexdigest()
 
 
 # --------------------------------------------------------------------------- worker stream

@@ -178,6 +178,7 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
             o.execute_load_channel_map_instances,
         ),
         wait_for_inline=o.wait_for_inline,
+        execute_inline=o.execute_inline,
     )
 
 

@@ -12,6 +12,7 @@ from tests.e2e_flows import (
     crash_flows,
     defect_flows,
     error_flows,
+    inline_execute_flows,
     inline_wait_flows,
     lifecycle_flows,
     read_flows,
@@ -45,6 +46,7 @@ def all_flows() -> Registry:
             *search_flows.FLOWS,
             *stream_flows.FLOWS,
             *inline_wait_flows.FLOWS,
+            *inline_execute_flows.FLOWS,
         ],
         allow_async_handlers=True,
     )

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from dex_agents.testing import EXECUTE_COMPLETED_EVENT, FileGate, tool_call_kind
 
 from tests.agent_helpers import assistant_texts, wait_idle
@@ -30,6 +32,15 @@ async def test_tool_calls_of_one_response_run_in_parallel_steps(scenario: Scenar
         assert executed.count("CallTool") == 2
         assert executed.count("ResumeTurn") == 1
         assert executed.count("RunModel") == 2
+        # One Worker ran both tool Steps and ResumeTurn's wait_for: it ran ResumeTurn's
+        # execute when it sent the last result, and the server took it in that commit.
+        page = await s.stack.client.get_history("parallel-1", page_size=1000)
+        resumed = [
+            json.loads(bytes(e.payload))
+            for e in page.events
+            if e.type == "StepExecuteCompleted" and b'"stepType":"ResumeTurn"' in bytes(e.payload)
+        ]
+        assert [r["output"].get("inline") for r in resumed] == [True]
         # The turn's stored items: assistant text, two requests, two results, the answer.
         roles = [m.role.value for m in snapshot.messages]
         assert roles == ["user", "assistant", "assistant", "assistant", "tool", "tool", "assistant"]

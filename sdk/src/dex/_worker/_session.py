@@ -52,6 +52,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
+from dex._worker._inline import InlineExecutes
 from dex._worker._logs import attempt_failure_line, task_log
 from dex._wsframes import (
     DirectFrames,
@@ -230,6 +231,7 @@ class Session:
         self._reads: dict[int, tuple[asyncio.Future[StateValues], str, bytes]] = {}
         self._read_ids = 0
         self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
+        self._inline = InlineExecutes(worker.registry)
         self._steps_running = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -406,6 +408,7 @@ class Session:
 
     def _detach(self) -> None:
         self._ws = None
+        self._inline.forget()
         self._flushed.set()
         if self._grace_s <= 0 or self._worker.stopping:
             self.abandon()
@@ -477,6 +480,7 @@ class Session:
             self.send(Reject(task_id=task.task_id, reason=reason), task.task_id)
             return
         io = _TaskIO(self, task.task_id)
+        self._inline.on_task(task)
         if task.kind != "rpc":
             self._steps_running += 1
         handle = asyncio.create_task(self._run(task, io), name=f"dex-task-{task.task_id}")
@@ -518,6 +522,7 @@ class Session:
             level, text = attempt_failure_line(task, result.error, worker.retry_policy(task))
             task_log.log(level, text)
         worker.stats.tasks_completed += 1
+        await self._inline.before_send(task, result, worker.invoke)
         self.send_encoded(self._result_frame(result), task.task_id, result=True)
 
     def _result_frame(self, result: TaskResult) -> bytes:

@@ -15,6 +15,7 @@ from dex._protocol import (
     RecoveryErrorWire,
     TaskResult,
     WaitSpec,
+    task_digest,
 )
 
 from dex_server.dispatch import SCHEDULE_TO_START_TIMEOUT, schedule_to_start_error
@@ -56,6 +57,7 @@ from dex_server.service._flowops import (
     run_matching,
     schedule,
 )
+from dex_server.service._tasks import build_step_task
 from dex_server.store import ExecRecord, FlowRecord, StoredValue, Tx
 
 INVALID_USER_FLOW_CODE = "INVALID_USER_FLOW_CODE"
@@ -267,7 +269,14 @@ def _effects_output(result: TaskResult) -> dict[str, Any]:
 
 
 def apply_step_result(
-    tx: Tx, limits: Limits, specs: Specs, ref: AttemptRef, result: TaskResult, now: float
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    ref: AttemptRef,
+    result: TaskResult,
+    now: float,
+    *,
+    inline: bool = False,
 ) -> Effects:
     eff = Effects()
     loaded = _load(tx, ref)
@@ -337,6 +346,8 @@ def apply_step_result(
         assert plan is not None and result.decision is not None
         inp["conditionResults"] = e.condition_results
         output["decision"] = result.decision
+        if inline:
+            output["inline"] = True
         if resolved is not None and resolved.kind != result.decision.kind:
             output["resolvedDecision"] = resolved.kind
         append_history(
@@ -388,8 +399,52 @@ def apply_step_result(
     if published and flow.status == "running":
         run_matching(tx, flow, now, eff, limits)
     check_graceful(tx, limits, flow, now, eff)
-    finish(tx, flow, eff)
+    _finish_taking_inline(tx, limits, specs, flow, result, now, eff)
     return eff
+
+
+def _finish_taking_inline(
+    tx: Tx,
+    limits: Limits,
+    specs: Specs,
+    flow: FlowRecord,
+    result: TaskResult,
+    now: float,
+    eff: Effects,
+) -> None:
+    """``finish``, then apply the inline ``execute`` the result carries if it may be taken."""
+    taken = _inline_execute(tx, flow, result, eff) if result.inline_execute else None
+    finish(tx, flow, eff)
+    if taken is not None:
+        assert result.inline_execute is not None
+        ref = AttemptRef(
+            run_id=flow.run_id, execution_id=taken, kind="execute", attempt=1, started_at=now
+        )
+        inline = result.inline_execute.result
+        eff.merge(apply_step_result(tx, limits, specs, ref, inline, now, inline=True))
+
+
+def _inline_execute(tx: Tx, flow: FlowRecord, result: TaskResult, eff: Effects) -> str | None:
+    """The execution whose ``execute`` comes with ``result`` and may be taken, or None.
+
+    It is taken (and not dispatched) when this job made it ready, its options allow it,
+    and the task the server would send it is the one the Worker ran it on.
+    """
+    ie = result.inline_execute
+    if ie is None or ie.result.inline_execute is not None or flow.status != "running":
+        return None
+    for i, r in enumerate(eff.ready):
+        e = r.record
+        if r.kind != "execute" or r.execution_id != ie.execution_id or e is None:
+            continue
+        opts = e.options
+        if not opts.execute_inline or opts.execute_locks or r.attempt != 1:
+            return None
+        if task_digest(build_step_task(tx, flow, e)) != ie.digest:
+            return None
+        del eff.ready[i]
+        return e.execution_id
+    return None
 
 
 def _checked_decision(

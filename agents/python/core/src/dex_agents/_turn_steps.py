@@ -483,7 +483,13 @@ class ResumeTurn(Step[int]):
         self._parts = parts
 
     def get_step_options(self) -> StepOptions:
-        return _sync(execute_load_attribute_maps=(persistence.AgentToolCalls,))
+        # The Worker that delivers the last tool result may run execute with it (its
+        # wait_for brings the map the execute reads): see StepOptions.execute_inline.
+        return _sync(
+            wait_for_load_attribute_maps=(persistence.AgentToolCalls,),
+            execute_load_attribute_maps=(persistence.AgentToolCalls,),
+            execute_inline=True,
+        )
 
     async def wait_for(self, context: Context, input: int) -> Wait:
         return Wait.until(persistence.ToolCallResults.for_n(max(1, input)))
