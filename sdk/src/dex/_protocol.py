@@ -19,6 +19,7 @@ Transport:
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -381,8 +382,6 @@ class _DigestFields(Struct, array_like=True):
 
 def task_digest(task: Task) -> str:
     """A hash of everything a handler can see of ``task`` (not its ID, timing or deadline)."""
-    import hashlib
-
     fields = _DigestFields(
         kind=task.kind,
         run_id=task.run_id,

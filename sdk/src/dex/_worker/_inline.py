@@ -16,7 +16,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 from msgspec import Raw
 
@@ -37,6 +36,8 @@ log = logging.getLogger("dex.worker")
 _INLINE_EXECUTE_S = 1.0
 # runs followed at once per connection (a Wait satisfied elsewhere leaves its entry behind)
 _MAX_FOLLOWED = 1024
+# results followed per run before giving up on it
+_MAX_SINCE = 256
 
 
 class _NotInline(BaseException):
@@ -69,7 +70,7 @@ class _InlineIO:
         start: str | None,
         end: str | None,
         limit: int | None,
-    ) -> NoReturn | StateValues:
+    ) -> StateValues:
         raise _NotInline("state read")
 
 
@@ -154,6 +155,9 @@ class InlineExecutes:
             pending.channel, pending.count = found
             pending.locals = {**pending.base.locals, **result.locals}
             pending.registered = True
+        if len(pending.since) >= _MAX_SINCE:
+            del self._runs[task.run_id]  # a Wait satisfied elsewhere, most likely
+            return
         pending.since.append(result)
         if not pending.registered:
             return

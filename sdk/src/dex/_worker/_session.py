@@ -534,6 +534,9 @@ class Session:
         data = encoder.encode(ResultFrame(result=result))
         if len(data) <= self._max_frame:
             return data
+        if result.inline_execute is not None:  # an extra: the result goes without it
+            result.inline_execute = None
+            return self._result_frame(result)
         message = (
             f"the task's result is {len(data)} bytes, over the limit"
             f" max_worker_frame_bytes={self._max_frame}"
