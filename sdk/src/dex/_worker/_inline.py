@@ -79,10 +79,9 @@ class _Pending:
     """A ``wait_for`` of an ``execute_inline`` Step, and what this Worker sent since."""
 
     base: Task
-    channel: str = ""
+    channel: str = ""  # set once the wait_for's result (and so its Wait) was sent
     count: int = 0
     locals: dict[str, Raw] = field(default_factory=dict)
-    registered: bool = False
     since: list[TaskResult] = field(default_factory=list)
 
 
@@ -154,12 +153,11 @@ class InlineExecutes:
                 return
             pending.channel, pending.count = found
             pending.locals = {**pending.base.locals, **result.locals}
-            pending.registered = True
         if len(pending.since) >= _MAX_SINCE:
             del self._runs[task.run_id]  # a Wait satisfied elsewhere, most likely
             return
         pending.since.append(result)
-        if not pending.registered:
+        if not pending.channel:
             return
         values = [
             p.value for r in pending.since for p in r.publishes if p.channel == pending.channel

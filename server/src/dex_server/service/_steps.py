@@ -413,19 +413,20 @@ def _finish_taking_inline(
     eff: Effects,
 ) -> None:
     """``finish``, then apply the inline ``execute`` the result carries if it may be taken."""
-    taken = _inline_execute(tx, flow, result, eff) if result.inline_execute else None
+    taken = _inline_execute(tx, flow, result, eff)
     finish(tx, flow, eff)
     if taken is not None:
-        assert result.inline_execute is not None
+        execution_id, outcome = taken
         ref = AttemptRef(
-            run_id=flow.run_id, execution_id=taken, kind="execute", attempt=1, started_at=now
+            run_id=flow.run_id, execution_id=execution_id, kind="execute", attempt=1, started_at=now
         )
-        inline = result.inline_execute.result
-        eff.merge(apply_step_result(tx, limits, specs, ref, inline, now, inline=True))
+        eff.merge(apply_step_result(tx, limits, specs, ref, outcome, now, inline=True))
 
 
-def _inline_execute(tx: Tx, flow: FlowRecord, result: TaskResult, eff: Effects) -> str | None:
-    """The execution whose ``execute`` comes with ``result`` and may be taken, or None.
+def _inline_execute(
+    tx: Tx, flow: FlowRecord, result: TaskResult, eff: Effects
+) -> tuple[str, TaskResult] | None:
+    """The execution whose ``execute`` outcome comes with ``result`` and may be taken.
 
     It is taken (and not dispatched) when this job made it ready, its options allow it,
     and the task the server would send it is the one the Worker ran it on.
@@ -443,7 +444,7 @@ def _inline_execute(tx: Tx, flow: FlowRecord, result: TaskResult, eff: Effects) 
         if task_digest(build_step_task(tx, flow, e)) != ie.digest:
             return None
         del eff.ready[i]
-        return e.execution_id
+        return e.execution_id, ie.result
     return None
 
 
