@@ -135,7 +135,8 @@ def worker_endpoint(runtime: Runtime) -> Callable[[WebSocket], Awaitable[None]]:
             if resumed:
                 log.info("worker %s resumed %d task(s)", conn.app_worker_id, len(resumed))
             if isinstance(direct, DirectWebSocketProtocol):
-                conn.deliver = _DirectSender(direct, batches=first.accepts_batches).push
+                direct_sender = _DirectSender(direct, batches=first.accepts_batches)
+                conn.deliver, conn.flush = direct_sender.push, direct_sender.flush
             else:
                 sender = asyncio.create_task(_send_loop(ws, conn, batches=first.accepts_batches))
             # the rest are not this Worker's any more (ended, timed out, cancelled, elsewhere)
@@ -224,8 +225,14 @@ class _DirectSender:
             self._loop.call_soon(self._flush)
         self._pending.append(data)
 
+    def flush(self) -> None:
+        """Write the held frames now instead of at the end of the loop pass."""
+        self._flush()
+
     def _flush(self) -> None:
         frames, self._pending = self._pending, []
+        if not frames:  # written early by flush
+            return
         for message in _pack(frames, self._batches):
             if not self._link.write_text(message):
                 return

@@ -221,6 +221,11 @@ class Dispatcher:
             self.running[env.key] = task_id
         conn.send(TaskFrame(task=env.task))
 
+    def flush(self) -> None:
+        """Write the frames sent in this loop pass now (a client waits for what follows)."""
+        for conn in self.conns.values():
+            conn.flush()
+
     def _release_slot(self, inflight: InFlight) -> None:
         self.inflight.pop(inflight.task_id, None)
         conn = inflight.conn

@@ -98,6 +98,8 @@ class WorkerConn:
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.deliver: Callable[[bytes], None] = self.outbox.put_nowait
         """Takes each encoded frame for the Worker (the outbox, or the endpoint's sender)."""
+        self.flush: Callable[[], None] = _nothing
+        """Writes the frames ``deliver`` holds for the end of the loop pass now."""
         self.closed = False
         self.held_until: float | None = None
         """Closed, its tasks held for a reconnect until this ``time.monotonic()``."""
@@ -112,3 +114,7 @@ class WorkerConn:
     def send(self, frame: ServerFrame) -> None:
         if not self.closed:
             self.deliver(encoder.encode(frame))
+
+
+def _nothing() -> None:
+    """A sender without held frames: nothing to write early."""

@@ -190,9 +190,6 @@ class Runtime:
         self._versions_touched = set()
 
     def apply(self, eff: Effects) -> None:
-        # a result's held Stream writes go out before anything its commit made ready
-        for flow_type, stream, flow_id, value, source in eff.streams:
-            self.step_stream_write(flow_type, stream, flow_id, value, source)
         if eff.versions or eff.closed:
             self.changes.bump([*eff.versions, *(run_id for _, run_id in eff.closed)])
         for idx in eff.specs:
@@ -225,6 +222,8 @@ class Runtime:
                     claim_epoch=r.record.claim_epoch if r.record is not None else None,
                 )
             )
+        if eff.streams:
+            self._append_held_streams(eff)
         self._apply_forks(eff)
         if eff.timers:
             horizon = time.time() + _TIMER_HORIZON_S
@@ -232,6 +231,15 @@ class Runtime:
                 if t[0] <= horizon:
                     heapq.heappush(self._timers, t)
             self._timer_wake.set()
+
+    def _append_held_streams(self, eff: Effects) -> None:
+        # The tasks the commit made ready leave first; the result's held Stream writes are
+        # appended before this callback returns, so they still precede anything those
+        # tasks send back.
+        if eff.ready:
+            self.dispatcher.flush()
+        for flow_type, stream, flow_id, value, source in eff.streams:
+            self.step_stream_write(flow_type, stream, flow_id, value, source)
 
     async def build_task(self, env: Envelope) -> Task | None:
         assert env.execution_id is not None
@@ -830,6 +838,8 @@ class Runtime:
                     else self.after_holds(run_id, commit, inline=True)
                 )
                 self.apply(eff)
+                # the tasks it made ready leave before the client's answer is written
+                self.dispatcher.flush()
             return result, run_id
         finally:
             try:
