@@ -490,13 +490,15 @@ def history_page(tx: Tx, flow_id: str, run_id: str, page_size: int, token: str) 
 
 
 def rpc_snapshot(
-    tx: Tx, specs: Specs, flow_id: str, req: InvokeRpcRequest, *, gated: bool = False
+    tx: Tx, specs: Specs, flow_id: str, req: InvokeRpcRequest, *, build: bool = True
 ) -> tuple[FlowRecord, Task | None, bool, list[str], float]:
     """Return (flow, task, transactional, locks, timeout) for an RPC call.
 
-    The task of a transactional RPC is built only when ``gated`` (the caller holds the
-    run's commits, so no Step result lands between the snapshot and the call); before
-    that it is ``None``.
+    A transactional RPC's task stands only if no Step result commits between the snapshot
+    and the call: a caller that does not hold the run's commits yet uses it only after
+    checking that nothing else reached the store meanwhile (see ``Runtime._invoke_rpc``).
+    ``build=False`` leaves it out (``None``) for a caller that will take the snapshot
+    again anyway.
     """
     flow = tx.flows.get(req.run_id) if req.run_id else tx.flows.latest(flow_id)
     if flow is None or flow.flow_id != flow_id:
@@ -519,7 +521,7 @@ def rpc_snapshot(
         )
     task = (
         build_rpc_task(tx, flow, idx, req.rpc_name, raw(req.input), req.extra_loads)
-        if gated or not transactional
+        if build or not transactional
         else None
     )
     timeout = min(rpc.timeout_s, req.timeout_s or rpc.timeout_s, 60.0)

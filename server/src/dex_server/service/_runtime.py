@@ -50,7 +50,7 @@ from dex_server.service._loops import Outage, StoreHealth, describe, supervise
 from dex_server.service._steps import AttemptRef
 from dex_server.service._streams import StoreStreams
 from dex_server.service._tasks import build_step_task
-from dex_server.store import StoreUnavailableError, Tx, create_store
+from dex_server.store import FlowRecord, StoreUnavailableError, Tx, create_store
 
 if TYPE_CHECKING:
     from dex_server.app import ServerConfig
@@ -742,11 +742,9 @@ class Runtime:
 
     async def _invoke_rpc(self, flow_id: str, req: InvokeRpcRequest) -> tuple[TaskResult, str]:
         """Run the RPC and commit its effects (with its request_id, if any); its result."""
-        # the RPC's store jobs are small and on a client's wait: an idle SQLite store runs
-        # them on the loop, without the writer thread hand-offs
-        flow, task, transactional, locks, timeout = await self.store.submit(
-            lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req), inline=True
-        )
+        mark = self.store.submitted
+        first = await self._rpc_snapshot(flow_id, req, build=not self.shared)
+        flow, task, transactional, locks, timeout = first
         env = Envelope(
             kind="rpc",
             flow_type=flow.flow_type,
@@ -783,12 +781,9 @@ class Runtime:
                 if holder is not None:
                     in_store = True
                     await self._hold_commits(run_id, holder, timeout)
-                # the snapshot, now that no Step result can commit in between (the first
-                # read only learned that the RPC is transactional)
-                flow, task, transactional, locks, timeout = await self.store.submit(
-                    lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, gated=True),
-                    inline=True,
-                )
+                # no Step result commits in between from here on
+                snapshot = await self._rpc_snapshot_again(flow_id, req, first, mark)
+                flow, task, transactional, locks, timeout = snapshot
                 env.task = task
             result = await self._call_rpc(env, timeout)
             if result.error is not None:
@@ -856,6 +851,30 @@ class Runtime:
                     gate.release()
                 if gate is not None:
                     self._leave_gate(run_id)
+
+    def _rpc_snapshot(
+        self, flow_id: str, req: InvokeRpcRequest, *, build: bool = True
+    ) -> asyncio.Future[tuple[FlowRecord, Task | None, bool, list[str], float]]:
+        # the RPC's store jobs are small and on a client's wait: an idle SQLite store runs
+        # them on the loop, without the writer thread hand-offs
+        return self.store.submit(
+            lambda tx: _flows.rpc_snapshot(tx, self.specs, flow_id, req, build=build),
+            inline=True,
+        )
+
+    async def _rpc_snapshot_again(
+        self,
+        flow_id: str,
+        req: InvokeRpcRequest,
+        first: tuple[FlowRecord, Task | None, bool, list[str], float],
+        mark: int,
+    ) -> tuple[FlowRecord, Task | None, bool, list[str], float]:
+        # The first snapshot (asked for when the store had seen ``mark`` jobs) still stands
+        # if it holds the task and nothing but it reached the store since: this server
+        # alone writes the store, in order.
+        if first[1] is not None and self.store.submitted == mark + 1:
+            return first
+        return await self._rpc_snapshot(flow_id, req)
 
     async def _release_rpc(self, run_id: str, holder: str) -> None:
         try:

@@ -355,6 +355,9 @@ class Store(Protocol):
     server_id: str
     batches: int
     jobs: int
+    submitted: int
+    """Jobs handed to :meth:`submit` so far (on the event loop thread): a caller that saw it
+    move by one, its own job, knows nothing else reached this process's store meanwhile."""
 
     def acquire(self) -> None:
         """Take the store for this process before serving (idempotent; ``open`` does too).

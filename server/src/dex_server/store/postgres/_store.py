@@ -200,6 +200,7 @@ class PostgresStore:
         self._stopping = threading.Event()
         self.batches = 0
         self.jobs = 0
+        self.submitted = 0
 
     def describe(self) -> str:
         return f"postgres {redact(self.url)}"
@@ -320,6 +321,7 @@ class PostgresStore:
         """
         assert self._loop is not None, "store is not open"
         fut: asyncio.Future[T] = self._loop.create_future()
+        self.submitted += 1
         self._queue.put((job, fut))
         return fut
 
