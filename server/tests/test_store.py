@@ -164,7 +164,7 @@ async def test_no_zeros_ahead_for_a_quiet_wal_or_without_fsync(
         assert _flow_count(image) == 40
 
 
-async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_the_writer(
+async def test_a_few_inline_jobs_commit_on_the_loop_thread_and_many_go_to_the_writer(
     tmp_path: Path,
 ) -> None:
     store = SqliteStore(tmp_path / "db")
@@ -182,8 +182,17 @@ async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_th
     try:
         # alone in its loop iteration, with the writer idle: committed right here
         assert await store.submit(job("lone"), inline=True) == loop_thread
-        # several in one iteration (load): the writer takes them
-        many = [store.submit(job(f"many-{i}"), inline=True) for i in range(3)]
+        # a few in one iteration (the results of one Worker message): one transaction here
+        few = [store.submit(job(f"few-{i}"), inline=True) for i in range(3)]
+        assert await asyncio.gather(*few) == [loop_thread] * 3
+        batches = store.batches
+        # ...counted as three jobs: the writer is idle again, so a lone one still runs here
+        assert await store.submit(job("lone-again"), inline=True) == loop_thread
+        assert store.batches == batches + 1
+        # more than that in one iteration (load): the writer takes them
+        many = [
+            store.submit(job(f"many-{i}"), inline=True) for i in range(_store._INLINE_MAX_JOBS + 1)
+        ]
         threads = await asyncio.gather(*many)
         assert all(t != loop_thread for t in threads)
         # an ordinary job submitted after an inline one runs after it
@@ -198,7 +207,7 @@ async def test_a_lone_inline_job_commits_on_the_loop_thread_and_several_go_to_th
 
         with pytest.raises(ValueError, match="inline job fails"):
             await store.submit(boom, inline=True)
-        assert store.jobs == 7
+        assert store.jobs == 8 + _store._INLINE_MAX_JOBS + 1
     finally:
         await store.close()
 

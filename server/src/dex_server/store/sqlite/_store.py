@@ -40,6 +40,8 @@ T = TypeVar("T")
 log = logging.getLogger("dex_server.store")
 
 _MAX_BATCH = 512
+# inline jobs of one loop iteration that may still run on the loop (a frame of results)
+_INLINE_MAX_JOBS = 8
 # The writer does not auto-checkpoint (a checkpoint on the commit path stalls every Step
 # behind it); a checkpointer thread with its own connection copies the WAL back in the
 # background after this many commits, or after _CHECKPOINT_IDLE_S. Under sustained load
@@ -216,10 +218,11 @@ class SqliteStore:
     start over (see ``_WAL_RESTART_FRAMES``).
 
     ``submit(job, inline=True)`` runs the job (and its COMMIT) on the event loop thread
-    instead, at the end of the loop iteration, when it is the only such job of the
-    iteration and nothing is queued or running: the result of a lone Step then skips the
-    hand-off to the writer and back (two thread wake-ups). Under load the jobs go to the
-    writer as before. A lock keeps the connection to one thread at a time, and jobs still
+    instead, at the end of the loop iteration, when the iteration has at most
+    ``_INLINE_MAX_JOBS`` such jobs and nothing is queued or running: the result of a lone
+    Step, or the parallel results one Worker message carries, then skip the hand-off to
+    the writer and back (two thread wake-ups). Under load the jobs go to the writer as
+    before. A lock keeps the connection to one thread at a time, and jobs still
     run in the order they were submitted.
 
     ``read(job)`` is a second path for read-only jobs on a hot path (a running task reading
@@ -262,6 +265,7 @@ class SqliteStore:
         # background checkpoint passes run (tests wait on it instead of on the clock)
         self.checkpoint_passes = 0
         self.jobs = 0
+        self.submitted = 0
         self._folder_lock = _FolderLock(path)
         # the connection's owner for one batch (the writer, or the loop running inline); a
         # job may run inline only when every job submitted before it has finished
@@ -387,6 +391,7 @@ class SqliteStore:
         loop = self._loop
         assert loop is not None, "store is not open"
         fut: asyncio.Future[T] = loop.create_future()
+        self.submitted += 1
         if inline:
             if not self._inline:
                 loop.call_soon(self._flush_inline)
@@ -398,14 +403,15 @@ class SqliteStore:
         return fut
 
     def _flush_inline(self) -> None:
-        """Run the lone inline job of this loop iteration here, if the writer is idle.
+        """Run this loop iteration's inline jobs here, in one transaction, if the writer is idle.
 
-        Several inline jobs in one iteration mean load: they go to the writer as one
-        batch, so that its group commit goes on while this thread serves the sockets.
+        A few jobs come from one Worker message (a run's parallel results); more than
+        ``_INLINE_MAX_JOBS`` mean load: they go to the writer as one batch, so that its
+        group commit goes on while this thread serves the sockets.
         """
         conn, tx, jobs = self._conn, self._tx, self._inline
         if (
-            len(jobs) == 1
+            len(jobs) <= _INLINE_MAX_JOBS
             and conn is not None
             and tx is not None
             and self._submitted == self._finished
@@ -414,7 +420,7 @@ class SqliteStore:
             self._inline = []
             try:
                 if self._submitted == self._finished:  # the writer may have taken one
-                    self._submitted += 1
+                    self._submitted += len(jobs)
                     self._run_batch(conn, tx, jobs, inline=True)
                     return
             finally:
