@@ -178,8 +178,10 @@ class _TaskIO:
         if not durable:
             self._session.send_encoded(data, self.task_id)
             # once written, the server counts this attempt as started even if the Worker
-            # dies before its next loop pass (say, inside code that blocks the loop)
-            await self._session.flushed()
+            # dies before its next loop pass (say, inside code that blocks the loop); on
+            # the direct path it is written here and now, without waiting for that pass
+            if not self._session.flush_now():
+                await self._session.flushed()
             return
         ack = self._session.expect_ack(self.task_id, self._seq, data)
         self._session.send_encoded(data, self.task_id)
@@ -387,6 +389,13 @@ class Session:
         if not self._flush_due and self._out:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush_direct)
+
+    def flush_now(self) -> bool:
+        """Write what is queued now, on the direct path; whether nothing is left queued."""
+        if self._direct is None or self._ws is not self._direct:
+            return False
+        self._flush_direct()
+        return not self._out
 
     def _flush_direct(self) -> None:
         """Write what is queued (batched like ``_write_loop``) on the direct connection."""
