@@ -5,7 +5,7 @@ import threading
 import time
 
 from dex_agents import AgentEvent, AgentEventType, AgentEventWriter, ToolCallStatus
-from dex_agents._events import TEXT_FLUSH_BYTES, run_heartbeats
+from dex_agents._events import TEXT_FLUSH_BYTES, run_heartbeats, start_heartbeats
 
 
 def make_writer(sink: list[AgentEvent]) -> AgentEventWriter:
@@ -142,3 +142,24 @@ async def test_background_heartbeats_tick_until_cancelled() -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert task.cancelled()
+
+
+async def test_started_heartbeats_begin_one_interval_later_and_stop() -> None:
+    beats: list[float] = []
+
+    async def beat() -> None:
+        beats.append(time.monotonic())
+        if len(beats) == 2:
+            raise RuntimeError("one missed heartbeat is ignored")
+
+    # stopped before the first beat is due: nothing ever runs (no task was started)
+    stop = start_heartbeats(beat, interval_s=0.05)
+    stop()
+    started = time.monotonic()
+    stop = start_heartbeats(beat, interval_s=0.05)
+    await poll(lambda: len(beats) >= 3)
+    stop()
+    count = len(beats)
+    assert beats[0] - started >= 0.04  # the first one waits a whole interval
+    await asyncio.sleep(0.15)
+    assert len(beats) == count  # none after stop

@@ -195,9 +195,38 @@ async def run_heartbeats(
     """Call ``heartbeat`` every ``interval_s`` seconds until cancelled; errors are ignored."""
     while True:
         await asyncio.sleep(interval_s)
-        try:
-            await heartbeat()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            continue
+        await _beat(heartbeat)
+
+
+async def _beat(heartbeat: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await heartbeat()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        return
+
+
+def start_heartbeats(
+    heartbeat: Callable[[], Awaitable[None]], interval_s: float = HEARTBEAT_INTERVAL_S
+) -> Callable[[], None]:
+    """Call ``heartbeat`` every ``interval_s`` seconds from now on; return what stops it.
+
+    Like a task running :func:`run_heartbeats`, but the task starts only when the first
+    beat is due: most calls end sooner, and then cost one timer instead of a task.
+    """
+    loop = asyncio.get_running_loop()
+    beats: list[asyncio.Task[None]] = []
+
+    async def first_then_every() -> None:
+        await _beat(heartbeat)
+        await run_heartbeats(heartbeat, interval_s)
+
+    timer = loop.call_later(interval_s, lambda: beats.append(loop.create_task(first_then_every())))
+
+    def stop() -> None:
+        timer.cancel()
+        for task in beats:
+            task.cancel()
+
+    return stop

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -14,7 +13,7 @@ from dex import AsyncContext, Context, Stream
 from msgspec.structs import replace
 
 from dex_agents._enums import AgentEventType, ToolCallStatus
-from dex_agents._events import AgentEventWriter, run_heartbeats
+from dex_agents._events import AgentEventWriter, start_heartbeats
 from dex_agents._persistence import persistence
 from dex_agents._policy import AgentSessionOptions
 from dex_agents._records import (
@@ -86,15 +85,23 @@ _AFTER_COMMIT = frozenset(
 def emit(
     parts: SessionParts, ctx: Context, turn_id: str, kind: AgentEventType, data: dict[str, Any]
 ) -> None:
-    """Write one session event (best effort); state announcements wait for the commit."""
-    writer = event_writer(parts, ctx, turn_id)
-    if kind in _AFTER_COMMIT:
-        # written here, in the handler, so it is in the result however the handler runs
-        with contextlib.suppress(Exception):  # best effort: a lost event never fails the Step
-            parts.events.write(ctx, writer.event(kind, data), after_commit=True)
-    else:
-        writer.write_event(kind, data)
-    writer.close()
+    """Write one session event (best effort); state announcements wait for the commit.
+
+    Call it on the Step's event loop (as the Steps do); a runner's events go through the
+    thread-safe writer of :func:`runner_call` instead.
+    """
+    event = AgentEvent(
+        type=kind,
+        turn_id=turn_id,
+        step_execution_id=step_id(ctx),
+        attempt=ctx.attempt,
+        data=data,
+        created_at=time.time(),
+    )
+    # an announcement is written here, in the handler, so it is in the result however the
+    # handler runs; best effort: a lost event never fails the Step
+    with contextlib.suppress(Exception):
+        parts.events.write(ctx, event, after_commit=kind in _AFTER_COMMIT)
 
 
 @asynccontextmanager
@@ -103,11 +110,11 @@ async def runner_call(
 ) -> AsyncIterator[AgentEventWriter]:
     """Run a runner call with background heartbeats; its writer closes when it returns."""
     writer = event_writer(parts, ctx, turn_id)
-    beats = asyncio.create_task(run_heartbeats(ctx.heartbeat))
+    stop = start_heartbeats(ctx.heartbeat)
     try:
         yield writer
     finally:
-        beats.cancel()
+        stop()
         writer.close()
 
 
