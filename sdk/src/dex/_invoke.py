@@ -208,8 +208,10 @@ async def _invoke(
     return _result(inv, decision=decision)
 
 
-class _NotInline(BaseException):
-    """An inline ``wait_for`` used what only a dispatched one has.
+class NotInline(BaseException):
+    """A method run inline (``wait_for``, or ``execute`` in ``_worker._inline``) overreached.
+
+    It used what only a dispatched task has (its context, a heartbeat, a Stream write).
 
     A BaseException, so that an ``except Exception`` in user code does not swallow it.
     """
@@ -221,14 +223,14 @@ class _InlineContext:
     __slots__ = ()
 
     def __getattr__(self, name: str) -> NoReturn:
-        raise _NotInline(name)
+        raise NotInline(name)
 
 
 _INLINE_CONTEXT: Any = _InlineContext()
 
 
 def _no_subflow(condition: object) -> ConditionSpec:
-    raise _NotInline("SubFlow condition")
+    raise NotInline("SubFlow condition")
 
 
 def _inline_targets(entry: FlowEntry, decision: DecisionSpec) -> list[tuple[Movement, StepEntry]]:
@@ -262,7 +264,7 @@ async def _inline_waits(
                 else:
                     wait = await _in_thread(executor, fn, _INLINE_CONTEXT, value)
             m.wait = wait_spec(wait, entry, target.step_type, _no_subflow)
-        except (_NotInline, Exception) as exc:
+        except (NotInline, Exception) as exc:
             log.debug("%s wait_for not run inline (%r): dispatched as usual", m.step_type, exc)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from msgspec import Raw
 
+from dex._invoke import NotInline
 from dex._protocol import (
     ConditionResultsWire,
     InlineExecute,
@@ -40,13 +41,6 @@ _MAX_FOLLOWED = 1024
 _MAX_SINCE = 256
 
 
-class _NotInline(BaseException):
-    """The inline execute used what only a dispatched task has.
-
-    A BaseException, so that an ``except Exception`` in user code does not swallow it.
-    """
-
-
 class _InlineIO:
     """The ``TaskIO`` of an inline execute: anything beyond its result falls back."""
 
@@ -54,10 +48,10 @@ class _InlineIO:
     cancelled = False
 
     async def heartbeat(self, value: bytes | None, *, has_value: bool, durable: bool) -> None:
-        raise _NotInline("heartbeat")
+        raise NotInline("heartbeat")
 
     def stream_write(self, stream: str, value: bytes) -> None:
-        raise _NotInline("Stream write")
+        raise NotInline("Stream write")
 
     def is_cancelled(self) -> bool:
         return False
@@ -71,7 +65,7 @@ class _InlineIO:
         end: str | None,
         limit: int | None,
     ) -> StateValues:
-        raise _NotInline("state read")
+        raise NotInline("state read")
 
 
 @dataclass
@@ -171,7 +165,7 @@ class InlineExecutes:
         try:
             async with asyncio.timeout(_INLINE_EXECUTE_S):
                 outcome = await invoke(execute, _InlineIO())
-        except (_NotInline, TimeoutError) as exc:
+        except (NotInline, TimeoutError) as exc:
             log.debug("%s execute not run inline (%r)", execute.step_type, exc)
             return
         if outcome.error is not None or outcome.inline_execute is not None:

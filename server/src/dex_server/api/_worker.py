@@ -222,16 +222,13 @@ class _DirectSender:
 
     def push(self, data: bytes) -> None:
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         self._pending.append(data)
 
     def flush(self) -> None:
-        """Write the held frames now instead of at the end of the loop pass."""
-        self._flush()
-
-    def _flush(self) -> None:
+        """Write the held frames (at the end of the loop pass, or now when called)."""
         frames, self._pending = self._pending, []
-        if not frames:  # written early by flush
+        if not frames:  # already written by an earlier call
             return
         for message in _pack(frames, self._batches):
             if not self._link.write_text(message):
