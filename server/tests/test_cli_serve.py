@@ -36,6 +36,21 @@ def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0
     return path.read_text().strip()
 
 
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[str, str]:
+    """Send ``sig`` and wait for the exit; a stop that hangs fails with what it printed.
+
+    A server still stopping after ``STOP_REPORT_AFTER_S`` writes its threads' and tasks'
+    stacks to stderr, so the failure shows where it waits.
+    """
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the server did not stop within 20 s\n{out}\n{err}") from None
+
+
 def health(address: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*dexcli_cmd(), "--server", address, "health"], capture_output=True, text=True, timeout=30
@@ -54,8 +69,7 @@ def test_dev_starts_prints_address_and_stops_on_signal(tmp_path: Path, sig: int)
         assert re.fullmatch(r"127\.0\.0\.1:\d+", address)
         assert health(address).returncode == 0
         assert (tmp_path / "data" / "dex.sqlite3").exists()
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=20)
+        out, err = stop(proc, sig)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -104,8 +118,7 @@ def test_server_on_sqlite_url(tmp_path: Path) -> None:
         )
         assert listed.returncode == 0, listed.stderr
         assert db.exists()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=20)
+        stop(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -168,8 +181,7 @@ def test_server_connection_limit_flags(tmp_path: Path) -> None:
             started = time.monotonic()
             assert s.recv(4096) == b""  # idle: closed after the head timeout
             assert time.monotonic() - started < 5
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=20)
+        stop(proc)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
+import io
 import logging
 import math
 import os
 import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,8 @@ from starlette.applications import Starlette
 __all__ = ["ServerConfig", "build_app", "run_server", "serve"]
 
 _MIB = 1024 * 1024
+# a graceful stop normally takes well under a second; past this, say where it waits
+STOP_REPORT_AFTER_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,6 +243,9 @@ class _Server(uvicorn.Server):
         self._on_ready = on_ready
         self._address_file = address_file
         self.address = ""
+        # set by a server that owns its process (``serve``): report a stop that hangs
+        self.report_slow_stop_after_s: float | None = None
+        self._slow_stop: asyncio.TimerHandle | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -252,6 +260,8 @@ class _Server(uvicorn.Server):
             event.set()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.report_slow_stop_after_s is not None:
+            self._slow_stop = _report_slow_stop(self.report_slow_stop_after_s)
         # open Server-Sent Events feeds and long polls end now instead of holding the
         # graceful shutdown (long polls answer a retryable UNAVAILABLE)
         runtime = getattr(getattr(self.config.app, "state", None), "runtime", None)
@@ -260,6 +270,32 @@ class _Server(uvicorn.Server):
 
             slots_of(runtime).close_all()
         await super().shutdown(sockets)
+
+    def stopped(self) -> None:
+        """The stop is over: no report of a slow one."""
+        if self._slow_stop is not None:
+            self._slow_stop.cancel()
+            faulthandler.cancel_dump_traceback_later()
+
+
+def _report_slow_stop(after_s: float) -> asyncio.TimerHandle:
+    """Write every thread's and task's stack to stderr if the stop still runs ``after_s`` later.
+
+    Threads are dumped by ``faulthandler``'s own thread, so a blocked event loop is shown
+    too; the tasks (where each one awaits) only while the loop still runs.
+    """
+    faulthandler.dump_traceback_later(after_s, file=sys.stderr)
+    loop = asyncio.get_running_loop()
+
+    def tasks() -> None:
+        out = io.StringIO()
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(file=out)
+        sys.stderr.write(f"dex server: still stopping after {after_s:g} s; its tasks:\n")
+        sys.stderr.write(out.getvalue())
+        sys.stderr.flush()
+
+    return loop.call_later(after_s, tasks)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -291,10 +327,12 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     app = build_app(config)
     async with prepared_store(config, app):
         server, sock = uvicorn_server(config, app, [ready] if ready is not None else [])
+        server.report_slow_stop_after_s = STOP_REPORT_AFTER_S
         try:
             await server.serve(sockets=[sock])
         finally:
             sock.close()
+            server.stopped()
 
 
 @contextlib.asynccontextmanager
