@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,36 @@ async def test_a_few_inline_jobs_commit_on_the_loop_thread_and_many_go_to_the_wr
         with pytest.raises(ValueError, match="inline job fails"):
             await store.submit(boom, inline=True)
         assert store.jobs == 8 + _store._INLINE_MAX_JOBS + 1
+    finally:
+        await store.close()
+
+
+async def test_inline_jobs_moved_to_the_writer_leave_no_empty_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    sizes: list[int] = []
+    run_batch = store._run_batch
+
+    def counted(conn, tx, batch, *, inline=False):  # type: ignore[no-untyped-def]
+        sizes.append(len(batch))
+        run_batch(conn, tx, batch, inline=inline)
+
+    monkeypatch.setattr(store, "_run_batch", counted)
+    try:
+        # the ordinary job sends the inline one to the writer ahead of it; the inline
+        # flush scheduled for it then finds nothing to run
+        first = store.submit(lambda tx: 1, inline=True)
+        second = store.submit(lambda tx: 2)
+        # hold the loop until the writer committed both, so that the flush finds it idle
+        deadline = time.monotonic() + 20
+        while store._finished < 2:
+            assert time.monotonic() < deadline, "the writer never ran the two jobs"
+            time.sleep(0.001)
+        assert list(await asyncio.gather(first, second)) == [1, 2]
+        assert await store.submit(lambda tx: 3, inline=True) == 3
+        assert sum(sizes) == 3 and 0 not in sizes, sizes
     finally:
         await store.close()
 

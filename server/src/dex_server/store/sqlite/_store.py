@@ -410,6 +410,8 @@ class SqliteStore:
         group commit goes on while this thread serves the sockets.
         """
         conn, tx, jobs = self._conn, self._tx, self._inline
+        if not jobs:  # a job submitted after them sent them to the writer
+            return
         if (
             len(jobs) <= _INLINE_MAX_JOBS
             and conn is not None
