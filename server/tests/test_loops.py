@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
+from dex_server.app import ServerConfig
+from dex_server.service import Runtime
 from dex_server.service._loops import Outage, StoreHealth, supervise
 from dex_server.store import StoreUnavailableError
 
@@ -64,3 +67,27 @@ def test_health_is_degraded_only_for_an_unreachable_store() -> None:
     assert health.reason() == "the store cannot be reached: StoreUnavailableError: db down"
     health.ok()
     assert health.reason() is None
+
+
+async def test_a_stop_that_meets_a_finished_wait_still_ends_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11's asyncio.wait_for returns the result when the cancel arrives in the
+    # same loop pass as the awaited answer: the loop would go on, and the server's stop,
+    # which awaits every loop, would hang.
+    runtime = Runtime(ServerConfig(database_path=tmp_path / "db"))
+    answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked = asyncio.Event()
+
+    def run(job: object) -> asyncio.Future[None]:
+        asked.set()
+        return answer
+
+    monkeypatch.setattr(runtime.store, "run", run)
+    loop_task = asyncio.create_task(runtime._probe_loop())
+    await asyncio.wait_for(asked.wait(), 10)
+    answer.set_result(None)  # the probe answers...
+    loop_task.cancel()  # ...and the stop cancels the loop, in the same pass
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(10):
+            await loop_task

@@ -138,7 +138,8 @@ class StreamHub:
             fut = asyncio.get_running_loop().create_future()
             s.waiters.append(fut)
             try:
-                await asyncio.wait_for(fut, left)
+                async with asyncio.timeout(left):
+                    await fut
             except TimeoutError:
                 return []
             finally:

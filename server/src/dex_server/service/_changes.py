@@ -44,7 +44,8 @@ class Changes:
         """Wait until the count passes ``seen`` or ``timeout_s`` passed; return the count."""
         if self.count == seen:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._event.wait()
         return self.count
 
     @contextlib.contextmanager

@@ -285,7 +285,8 @@ class Cluster:
                 if waited > timeout + 1.0:
                     raise RpcTimeoutError("the RPC timed out")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(fut), _POLL_S / 2)
+                    async with asyncio.timeout(_POLL_S / 2):
+                        await asyncio.shield(fut)
                 if fut.done():
                     fut = asyncio.get_running_loop().create_future()
                     self._rpc_waiters[call_id] = fut

@@ -270,7 +270,8 @@ class Runtime:
     async def await_unlock(self) -> None:
         """Wait until a lock key may have been freed (a signal, or a short poll interval)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._unlocked.wait(), _LOCK_POLL_S)
+            async with asyncio.timeout(_LOCK_POLL_S):
+                await self._unlocked.wait()
 
     def wake_unlock(self) -> None:
         self._unlocked.set()
@@ -624,7 +625,8 @@ class Runtime:
             return True
         try:
             if not self.shared:
-                await asyncio.wait_for(fut, timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await fut
                 return True
             # the close may commit on another server: its signal wakes us, polling backs it up
             deadline = time.monotonic() + timeout_s
@@ -633,7 +635,8 @@ class Runtime:
                 if left <= 0:
                     raise TimeoutError
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(fut), min(left, 1.0))
+                    async with asyncio.timeout(min(left, 1.0)):
+                        await asyncio.shield(fut)
                 if not fut.done():
                     info = await self.store.run(lambda tx: _flows.describe(tx, flow_id))
                     if info.status != "running":
@@ -926,7 +929,8 @@ class Runtime:
         env: Envelope, fut: asyncio.Future[TaskResult], timeout: float
     ) -> TaskResult:
         try:
-            return await asyncio.wait_for(fut, timeout + 1.0)
+            async with asyncio.timeout(timeout + 1.0):
+                return await fut
         except TimeoutError:
             if env.started_at == 0.0:  # never dispatched: it waited for a Worker in vain
                 env.cancelled = True
@@ -1000,7 +1004,8 @@ class Runtime:
                 delay = min(delay, self._timers[0][0] - now)
             self._timer_wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_wake.wait(), max(0.0, min(delay, 30.0)))
+                async with asyncio.timeout(max(0.0, min(delay, 30.0))):
+                    await self._timer_wake.wait()
 
     def _refill_soon(self, delay: float) -> None:
         """Load due Timers from the store again within ``delay`` seconds."""
@@ -1043,7 +1048,8 @@ class Runtime:
         outage = Outage("the store probe")
         while True:
             try:
-                await asyncio.wait_for(self.store.run(_probe), _PROBE_TIMEOUT_S)
+                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                    await self.store.run(_probe)
             except TimeoutError:
                 # leave the reason to StoreHealth: the last answer grows stale
                 pass

@@ -92,7 +92,8 @@ class StoreStreams:
                 if left <= 0:
                     return []
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, min(left, _POLL_S))
+                    async with asyncio.timeout(min(left, _POLL_S)):
+                        await fut
             finally:
                 # a read that ends (found, timed out, cancelled) leaves nothing behind
                 self._unwait(name, fut)
