@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pydantic
 import pytest
-from dex import CodecRegistry, FlowDefinitionError, ValueMappingError, codec_for
+from dex import CodecRegistry, FlowDefinitionError, ValueMappingError, _codec, codec_for
 
 
 @dataclasses.dataclass
@@ -107,6 +107,30 @@ def test_non_finite_found_beside_nulls_and_null_text() -> None:
     )
     with pytest.raises(ValueMappingError, match=r"\$\.b\[1\]"):
         hinted.encode({"a": None, "b": [1.0, float("-inf")]})
+
+
+def test_nulls_beside_finite_floats_are_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    walks: list[object] = []
+    walk = _codec._non_finite
+
+    def counted(obj: object) -> bool:
+        walks.append(obj)
+        return walk(obj)
+
+    monkeypatch.setattr(_codec, "_non_finite", counted)
+    hinted = codec_for(dict[str, Any])
+    assert hinted.encode({"none": None, "x": 1.5, "big": 1e308}) == (
+        b'{"big":1e308,"none":null,"x":1.5}'
+    )
+    assert walks == []  # a null beside finite floats alone: no walk
+    # an integer whose bytes look like a non-finite float to the filter: walked, and fine
+    lookalike = int.from_bytes(b"\x00\xcb\x7f\xf0\x00\x00\x00\x01", "big")
+    assert hinted.encode({"none": None, "n": lookalike}) == (
+        b'{"n":' + str(lookalike).encode() + b',"none":null}'
+    )
+    assert walks[0] == {"n": lookalike, "none": None}
+    with pytest.raises(ValueMappingError, match=r"\$\.p\.y"):
+        hinted.encode({"none": None, "p": Point(x=1, y=float("nan"))})  # type: ignore[arg-type]
 
 
 def test_mismatch_on_encode_names_type() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import sys
 import threading
 import typing
@@ -42,6 +43,11 @@ __all__ = [
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _NULL = b"null"
+# MessagePack keeps a float's bits: a NaN or an infinity is a float64 (0xcb) or float32
+# (0xca) whose exponent bits are all set. Bytes inside other values can look the same (the
+# exact walk then decides); a non-finite float always matches.
+_PACKER = msgspec.msgpack.Encoder()
+_PACKED_NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]|\xca[\x7f\xff][\x80-\xff]")
 
 
 @runtime_checkable
@@ -87,6 +93,15 @@ def _non_finite(obj: object) -> bool:
         if _non_finite(item):
             return True
     return False
+
+
+def _may_be_non_finite(value: object) -> bool:
+    """Whether ``value`` may hold a NaN or an infinity; a cheap filter before the walk."""
+    try:
+        packed = _PACKER.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return True  # the walk decides
+    return _PACKED_NON_FINITE.search(packed) is not None
 
 
 def _check_finite(obj: object, path: str) -> None:
@@ -196,7 +211,7 @@ class TypeCodec:
             # msgspec writes NaN and infinities as null: only output holding a null can
             # hide one, and only then is the value walked to find and name it. (``find``:
             # ``in`` first tries the operand as a byte value and formats a TypeError.)
-            if self._may_hold_float and data.find(b"null") >= 0:
+            if self._may_hold_float and data.find(b"null") >= 0 and _may_be_non_finite(value):
                 builtins = msgspec.to_builtins(value, order="sorted")
                 if _non_finite(builtins):
                     _check_finite(builtins, "$")
