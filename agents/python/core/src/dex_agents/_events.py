@@ -20,6 +20,24 @@ HEARTBEAT_INTERVAL_S = 20.0
 _DELTA_TYPES = (AgentEventType.TEXT_DELTA, AgentEventType.REASONING_DELTA)
 
 
+def new_event(
+    kind: AgentEventType,
+    data: dict[str, Any],
+    turn_id: str,
+    step_execution_id: str,
+    attempt: int,
+) -> AgentEvent:
+    """An event of one Step attempt, stamped now."""
+    return AgentEvent(
+        type=kind,
+        turn_id=turn_id,
+        step_execution_id=step_execution_id,
+        attempt=attempt,
+        data=data,
+        created_at=time.time(),
+    )
+
+
 class AgentEventWriter:
     """Writes ``AgentEvent``s for one Step attempt, bound to its turn and Step execution.
 
@@ -147,14 +165,7 @@ class AgentEventWriter:
 
     def event(self, kind: AgentEventType, data: dict[str, Any]) -> AgentEvent:
         """Build (not write) an event bound to this writer's turn, Step and attempt."""
-        return AgentEvent(
-            type=kind,
-            turn_id=self.turn_id,
-            step_execution_id=self.step_execution_id,
-            attempt=self.attempt,
-            data=data,
-            created_at=time.time(),
-        )
+        return new_event(kind, data, self.turn_id, self.step_execution_id, self.attempt)
 
     def _arm_flush(self) -> None:
         if self._flush_handle is None:

@@ -13,7 +13,7 @@ from dex import AsyncContext, Context, Stream
 from msgspec.structs import replace
 
 from dex_agents._enums import AgentEventType, ToolCallStatus
-from dex_agents._events import AgentEventWriter, start_heartbeats
+from dex_agents._events import AgentEventWriter, new_event, start_heartbeats
 from dex_agents._persistence import persistence
 from dex_agents._policy import AgentSessionOptions
 from dex_agents._records import (
@@ -90,14 +90,7 @@ def emit(
     Call it on the Step's event loop (as the Steps do); a runner's events go through the
     thread-safe writer of :func:`runner_call` instead.
     """
-    event = AgentEvent(
-        type=kind,
-        turn_id=turn_id,
-        step_execution_id=step_id(ctx),
-        attempt=ctx.attempt,
-        data=data,
-        created_at=time.time(),
-    )
+    event = new_event(kind, data, turn_id, step_id(ctx), ctx.attempt)
     # an announcement is written here, in the handler, so it is in the result however the
     # handler runs; best effort: a lost event never fails the Step
     with contextlib.suppress(Exception):
