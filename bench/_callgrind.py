@@ -11,8 +11,21 @@ from pathlib import Path
 
 
 def command(out: Path, *args: str) -> list[str]:
-    """``python ARGS`` (this interpreter) under callgrind, its counts written to ``out``."""
-    return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *args]
+    """``python ARGS`` (this interpreter) under callgrind, its counts written to ``out``.
+
+    Address-space randomisation is off (``setarch -R``, where it exists): objects hashed by
+    address would otherwise land in other dict slots and the garbage collector would run at
+    other moments from one run to the next, a spread of a percent or two in the counts.
+    Set ``PYTHONHASHSEED`` too (``environment``) for the same reason with strings.
+    """
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *args]
+    setarch = shutil.which("setarch")
+    return [setarch, "-R", *cmd] if setarch is not None else cmd
+
+
+def environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with a fixed string hash seed, for counts that repeat between runs."""
+    return {**env, "PYTHONHASHSEED": "0"}
 
 
 def totals(out: Path) -> int:

@@ -123,7 +123,7 @@ async def run_turns(sessions: int, turns: int) -> None:
 def count(sessions: int, turns: int, workdir: Path) -> int:
     """Instructions of one counted process running ``turns`` turns."""
     out = workdir / f"callgrind.{turns}.out"
-    env = {**os.environ, ROLE_ENV: f"{sessions},{turns}"}
+    env = _callgrind.environment({**os.environ, ROLE_ENV: f"{sessions},{turns}"})
     cmd = _callgrind.command(out, str(Path(__file__).resolve()))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:

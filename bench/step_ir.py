@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import subprocess
 import time
@@ -56,7 +57,12 @@ def count(steps: int, workdir: Path) -> tuple[int, int]:
     server_cmd = _callgrind.command(server_out, "-m", "dex_server", "--database-path")
     server_cmd += [str(run / "bench.sqlite3"), "--port", "0", "--address-file", str(address_file)]
     log = open(run / "server.log", "wb")
-    server = subprocess.Popen(server_cmd, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        server_cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_callgrind.environment(dict(os.environ)),
+    )
     log.close()
     try:
         deadline = time.monotonic() + 600
@@ -68,7 +74,12 @@ def count(steps: int, workdir: Path) -> tuple[int, int]:
         worker_cmd = _callgrind.command(
             worker_out, str(HERE / "step_overhead.py"), "--worker", address
         )
-        worker = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            worker_cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_callgrind.environment(dict(os.environ)),
+        )
         try:
 
             async def chain() -> None:
