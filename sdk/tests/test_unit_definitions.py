@@ -182,6 +182,45 @@ def test_step_options_spec() -> None:
     assert default.heartbeat_timeout_s is None and default.execute_timeout_s == 7200
 
 
+def test_loads_shared_between_methods_and_failure_options_are_each_checked_and_kept() -> None:
+    entry = Registry([Shop()], allow_async_handlers=True).flow_entry("Shop")
+    carts = AttributeMap("Carts", int)
+    inbox = Channel("Inbox", str)
+    shared = (carts.load("k 1"),)
+    failure = StepOptions(
+        wait_for_load_attribute_map_instances=shared,
+        execute_load_attribute_map_instances=(carts.load("other"),),
+    )
+    o = StepOptions(
+        wait_for_load_attribute_map_instances=shared,
+        execute_load_attribute_map_instances=shared,
+        execute_load_channels=(inbox,),
+    ).on_execute_failure_proceed_to(Recover, failure)
+    spec = options_spec(o, entry, "x")
+    assert spec.wait_for_loads == LoadSpec(attribute_map_instances=["Carts/k%201"])
+    assert spec.execute_loads == LoadSpec(
+        attribute_map_instances=["Carts/k%201"], channels=["Inbox"]
+    )
+    assert spec.execute_failure_options is not None
+    assert spec.execute_failure_options.wait_for_loads == LoadSpec(
+        attribute_map_instances=["Carts/k%201"]
+    )
+    assert spec.execute_failure_options.execute_loads == LoadSpec(
+        attribute_map_instances=["Carts/other"]
+    )
+    # an undeclared map is refused wherever it appears, also when the tuple repeats
+    undeclared = (AttributeMap("Nope", int).load("k"),)
+    bad = StepOptions().on_execute_failure_proceed_to(
+        Recover,
+        StepOptions(
+            wait_for_load_attribute_map_instances=undeclared,
+            execute_load_attribute_map_instances=undeclared,
+        ),
+    )
+    with pytest.raises(FlowDefinitionError, match="Nope"):
+        options_spec(bad, entry, "x")
+
+
 def test_wait_for_inline_is_keyword_only_refuses_state_and_reaches_the_spec() -> None:
     inline = StepOptions(wait_for_inline=True, wait_for_durability=StepDurability.SYNC)
     assert not StepOptions().wait_for_inline

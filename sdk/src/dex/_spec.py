@@ -70,6 +70,8 @@ def retry_spec(p: RetryPolicy | None) -> RetryPolicySpec:
 
 
 def _check_locks(locks: tuple[LockKey, ...], entry: FlowEntry, where: str) -> list[str]:
+    if not locks:
+        return []
     out = []
     for k in locks:
         if entry.declared.get(getattr(k, "name", None) or "") != getattr(k, "kind", None):
@@ -83,6 +85,8 @@ def _check_locks(locks: tuple[LockKey, ...], entry: FlowEntry, where: str) -> li
 def _names(
     items: tuple[Any, ...], kinds: tuple[str, ...], entry: FlowEntry, what: str
 ) -> list[str]:
+    if not items:
+        return []
     out = []
     for item in items:
         name = getattr(item, "name", None)
@@ -102,6 +106,8 @@ def load_spec(
     channel_map_instances: tuple[Any, ...],
 ) -> LoadSpec:
     """Return a validated ``LoadSpec``."""
+    if not (maps or map_instances or channels or channel_maps or channel_map_instances):
+        return LoadSpec()
     return LoadSpec(
         attribute_maps=_names(maps, ("attribute_map",), entry, f"{where} load_attribute_maps"),
         attribute_map_instances=_names(
@@ -115,18 +121,39 @@ def load_spec(
     )
 
 
+def _load_spec_once(
+    entry: FlowEntry,
+    where: str,
+    fields: tuple[tuple[Any, ...], ...],
+    seen: dict[tuple[int, ...], LoadSpec],
+) -> LoadSpec:
+    # keyed by the tuples' identity: they live as long as the options being converted
+    key = tuple(map(id, fields))
+    spec = seen.get(key)
+    if spec is None:
+        spec = seen[key] = load_spec(entry, where, *fields)
+    return spec
+
+
 def lock_list(locks: tuple[LockKey, ...], entry: FlowEntry, where: str) -> list[str]:
     """Return validated physical lock names."""
     return _check_locks(locks, entry, where)
 
 
-def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpec:
+def options_spec(
+    o: StepOptions,
+    entry: FlowEntry,
+    where: str,
+    _loads: dict[tuple[int, ...], LoadSpec] | None = None,
+) -> StepOptionsSpec:
     """Wire form of StepOptions, validated against the Flow.
 
     Raises:
         FlowDefinitionError: a lock, load or failure route names something undeclared.
 
     """
+    # the same load tuples (both methods', the failure options') are checked once
+    loads = {} if _loads is None else _loads
     if not isinstance(o, StepOptions):
         raise FlowDefinitionError(f"{where}: options must be StepOptions, got {o!r}")
     failure_step = None
@@ -140,7 +167,7 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
             )
         failure_step = target.step_type
         if o.execute_failure_options is not None:
-            failure_options = options_spec(o.execute_failure_options, entry, where)
+            failure_options = options_spec(o.execute_failure_options, entry, where, loads)
     return StepOptionsSpec(
         wait_for_timeout_s=_or(seconds(o.wait_for_method_timeout), _DEFAULTS.wait_for_timeout_s),
         execute_timeout_s=_or(seconds(o.execute_method_timeout), _DEFAULTS.execute_timeout_s),
@@ -159,23 +186,29 @@ def options_spec(o: StepOptions, entry: FlowEntry, where: str) -> StepOptionsSpe
         execute_durability=o.execute_durability.value,
         wait_for_locks=_check_locks(o.wait_for_lock_attributes, entry, f"{where} wait_for"),
         execute_locks=_check_locks(o.execute_lock_attributes, entry, f"{where} execute"),
-        wait_for_loads=load_spec(
+        wait_for_loads=_load_spec_once(
             entry,
             f"{where} wait_for",
-            o.wait_for_load_attribute_maps,
-            o.wait_for_load_attribute_map_instances,
-            o.wait_for_load_channels,
-            o.wait_for_load_channel_maps,
-            o.wait_for_load_channel_map_instances,
+            (
+                o.wait_for_load_attribute_maps,
+                o.wait_for_load_attribute_map_instances,
+                o.wait_for_load_channels,
+                o.wait_for_load_channel_maps,
+                o.wait_for_load_channel_map_instances,
+            ),
+            loads,
         ),
-        execute_loads=load_spec(
+        execute_loads=_load_spec_once(
             entry,
             f"{where} execute",
-            o.execute_load_attribute_maps,
-            o.execute_load_attribute_map_instances,
-            o.execute_load_channels,
-            o.execute_load_channel_maps,
-            o.execute_load_channel_map_instances,
+            (
+                o.execute_load_attribute_maps,
+                o.execute_load_attribute_map_instances,
+                o.execute_load_channels,
+                o.execute_load_channel_maps,
+                o.execute_load_channel_map_instances,
+            ),
+            loads,
         ),
         wait_for_inline=o.wait_for_inline,
         execute_inline=o.execute_inline,
