@@ -9,12 +9,11 @@ never escape: they become ``TaskResult.error``. ``asyncio.CancelledError`` propa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, NoReturn, Protocol
 
@@ -150,12 +149,23 @@ class _Deterministic(Exception):
         self.cause = cause
 
 
-@contextlib.contextmanager
-def _deterministic() -> Iterator[None]:
-    try:
-        yield
-    except ValueMappingError as exc:
-        raise _Deterministic(exc) from exc
+class _DeterministicErrors:
+    """``with _deterministic:`` turns a ``ValueMappingError`` into ``_Deterministic``.
+
+    A class rather than ``contextlib.contextmanager``: it runs around every task's input
+    and result, and a generator-based manager costs several times as much. Stateless, so
+    the one instance serves every task and thread.
+    """
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, tp: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, ValueMappingError):
+            raise _Deterministic(exc) from exc
+
+
+_deterministic = _DeterministicErrors()
 
 
 def _input(data: Raw | None) -> bytes:
@@ -176,7 +186,7 @@ async def _invoke(
     se = entry.steps.get(task.step_type or "")
     if se is None:
         raise DexError(f"Step type {task.step_type!r} is not in Flow {task.flow_type!r}")
-    with _deterministic():
+    with _deterministic:
         value = se.input_codec.decode(_input(task.input))
     inv = _Invocation(
         task,
@@ -190,7 +200,7 @@ async def _invoke(
         if se.wait_for_kind is None:
             raise DexError(f"Step {se.step_type} has no wait_for")
         result = await _run(se.step.wait_for, se.wait_for_kind, inv, (value,), executor)
-        with _deterministic():
+        with _deterministic:
             wait = wait_spec(
                 result,
                 entry,
@@ -199,7 +209,7 @@ async def _invoke(
             )
         return _result(inv, wait=wait)
     result = await _run(se.step.execute, se.execute_kind, inv, (value,), executor)
-    with _deterministic():
+    with _deterministic:
         decision = decision_spec(result, entry, se.step_type)
     if decision.kind == "go_to":
         inline = _inline_targets(entry, decision)
@@ -282,7 +292,7 @@ async def _invoke_timeout_handler(
     )
     fn = entry.flow.handle_timeout
     result = await _run(fn, handler_kind(type(entry.flow).handle_timeout), inv, (), executor)
-    with _deterministic():
+    with _deterministic:
         decision = decision_spec(result, entry, TIMEOUT_HANDLER_STEP)
     return _result(inv, decision=decision)
 
