@@ -111,3 +111,36 @@ def test_tool_steps_retry_policies_and_routes() -> None:
     assert single.execute_failure_step == "RecordToolOutcomeUnknown"
     assert steps()["AwaitToolApproval"].has_wait_for
     assert steps()["ResumeTurn"].has_wait_for
+
+
+def test_a_tool_calls_movement_loads_only_its_record_and_keeps_every_other_option() -> None:
+    import dataclasses
+
+    from dex_agents._persistence import persistence
+    from dex_agents._tool_steps import _RunToolStep
+
+    flow = AgentSessionFlow(EchoRunner(), flow_type="Triage")
+    for definition in flow.get_steps():
+        step = definition.step
+        if not isinstance(step, _RunToolStep):
+            continue
+        base = step.cached_base_options()
+        options = step.options_for("call/1")
+        load = (persistence.AgentToolCalls.load("call/1"),)
+        failure = base.execute_failure_options
+        assert failure is not None
+        expected = dataclasses.replace(
+            base,
+            wait_for_load_attribute_map_instances=load,
+            execute_load_attribute_map_instances=load,
+            execute_failure_options=dataclasses.replace(
+                failure,
+                wait_for_load_attribute_map_instances=load,
+                execute_load_attribute_map_instances=load,
+            ),
+        )
+        assert options == expected
+        # the Step's own options, shared by every call, are left as they were
+        assert base.execute_load_attribute_map_instances == ()
+        assert failure.execute_load_attribute_map_instances == ()
+        assert step.cached_base_options() is base

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -93,8 +92,10 @@ def emit(
     event = new_event(kind, data, turn_id, step_id(ctx), ctx.attempt)
     # an announcement is written here, in the handler, so it is in the result however the
     # handler runs; best effort: a lost event never fails the Step
-    with contextlib.suppress(Exception):
+    try:
         parts.events.write(ctx, event, after_commit=kind in _AFTER_COMMIT)
+    except Exception:
+        pass
 
 
 @asynccontextmanager
