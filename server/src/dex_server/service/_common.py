@@ -171,6 +171,9 @@ class Specs:
 
     def stream_capacity(self, flow_type: str, stream: str) -> int | None:
         """Capacity of ``stream`` in the current version, else in any version declaring it."""
+        cur = self._current.get(flow_type)
+        if cur is not None and stream in cur.streams:  # every Step's Stream write asks
+            return cur.streams[stream]
         for idx in self._of_type(flow_type):
             if stream in idx.streams:
                 return idx.streams[stream]

@@ -153,21 +153,31 @@ def check_result_limits(
 
     Returns the sizes the result's Attribute writes replace, for ``apply_effects``.
     """
+    most = limits.max_value_bytes
+    delta = 0
     for name, v in result.attribute_writes.items():
-        limits.check_value(raw_bytes(v), f"Attribute {name!r}")
+        size = _value_size(v)
+        if size > most:
+            raise LimitError("max_value_bytes", size, most, f"Attribute {name!r}")
+        delta += size
     for p in result.publishes:
-        limits.check_value(bytes(p.value), f"message to Channel {p.channel!r}")
+        size = len(p.value)
+        if size > most:
+            raise LimitError("max_value_bytes", size, most, f"message to Channel {p.channel!r}")
+        delta += size
     movements = list(result.rpc_movements)
     if result.decision is not None:
         movements += result.decision.movements
         limits.check_value(raw_bytes(result.decision.output), "Flow output")
     for m in movements:
-        limits.check_value(raw_bytes(m.input), f"input of Step {m.step_type!r}")
+        if _value_size(m.input) > most:
+            limits.check_value(raw_bytes(m.input), f"input of Step {m.step_type!r}")
     limits.check_value(raw_bytes(result.rpc_output), "RPC output")
-    old = tx.state.sizes_of(flow.run_id, list(result.attribute_writes))
-    delta = sum(len(raw_bytes(v) or b"") for v in result.attribute_writes.values())
-    delta -= sum(old.values())
-    delta += sum(len(p.value) for p in result.publishes)
+    if not result.attribute_writes:
+        old: dict[str, int] = {}
+    else:
+        old = tx.state.sizes_of(flow.run_id, list(result.attribute_writes))
+        delta -= sum(old.values())
     if delta > 0 and flow.state_bytes + delta > limits.max_flow_state_bytes:
         raise LimitError(
             "max_flow_state_bytes",
@@ -176,6 +186,17 @@ def check_result_limits(
             "Flow state",
         )
     return old
+
+
+def _value_size(v: msgspec.Raw | None) -> int:
+    """The stored size of a raw value (``raw_bytes``'s length; 0 for none or ``null``)."""
+    if v is None:
+        return 0
+    size = len(v)
+    return 0 if size == 4 and v == _NULL else size
+
+
+_NULL = msgspec.Raw(b"null")
 
 
 def check_result_names(idx: SpecIndex, result: TaskResult, what: str) -> None:
