@@ -348,17 +348,17 @@ def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
 # order matters: the longest checks start first, so the short ones fill the gaps at the end.
 # A root check not listed counts as 15 s, any other as a minute.
 _EXPECTED_SECONDS = {
-    "server": 580,
-    "server on PostgreSQL": 390,
-    "agents/python/core on PostgreSQL": 250,
-    "sdk on PostgreSQL": 240,
-    "agents/python/core": 240,
-    "sdk": 230,
-    "agents/python/openai-agents": 150,
-    "agents/python/pydantic-ai": 140,
-    "agents/python/langgraph": 135,
-    "agents/python/claude-agent-sdk": 420,
-    "wheels outside the repo": 150,
+    "server": 840,
+    "server on PostgreSQL": 570,
+    "agents/python/core on PostgreSQL": 495,
+    "agents/python/core": 440,
+    "sdk on PostgreSQL": 390,
+    "sdk": 315,
+    "agents/python/langgraph": 300,
+    "agents/python/claude-agent-sdk": 280,
+    "agents/python/openai-agents": 265,
+    "agents/python/pydantic-ai": 255,
+    "wheels outside the repo": 70,
 }
 
 
