@@ -170,8 +170,9 @@ def check_result_limits(
         movements += result.decision.movements
         limits.check_value(raw_bytes(result.decision.output), "Flow output")
     for m in movements:
-        if _value_size(m.input) > most:
-            limits.check_value(raw_bytes(m.input), f"input of Step {m.step_type!r}")
+        size = _value_size(m.input)
+        if size > most:
+            raise LimitError("max_value_bytes", size, most, f"input of Step {m.step_type!r}")
     limits.check_value(raw_bytes(result.rpc_output), "RPC output")
     if not result.attribute_writes:
         old: dict[str, int] = {}
