@@ -323,6 +323,18 @@ def wheel_checks() -> list[tuple[str, list[str]]]:
     ]
 
 
+def failure_digest(output: str, most: int = 20) -> list[str]:
+    """The lines of a failed check's output that name what failed.
+
+    pytest's ``FAILED``/``ERROR`` summary lines when there are any (at most ``most``, each
+    cut to 300 characters), else the output's last lines.
+    """
+    lines = output.splitlines()
+    named = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    picked = named[:most] if named else lines[-most:]
+    return [line[:300] for line in picked]
+
+
 def _run_captured(check: Check, log: Path) -> tuple[bool, float | None]:
     """Run one check, output to ``log``: whether it passed, and its CPU seconds if known."""
     cmd = check[1]
@@ -419,6 +431,7 @@ def test(uv: str) -> int:
     checks += wheel_checks()
     count = _lane_count()
     results: dict[str, tuple[bool, float, float | None]] = {}
+    digests: dict[str, list[str]] = {}
     printing = threading.Lock()
     logs = Path(tempfile.mkdtemp(prefix="dex-test-logs-"))
     queue = list(lanes(checks, count))
@@ -440,9 +453,12 @@ def test(uv: str) -> int:
                 ok, cpu = _run_captured(check, log)
                 seconds = time.monotonic() - started
                 results[name] = (ok, seconds, cpu)
+                output = log.read_text(errors="replace")
+                if not ok:
+                    digests[name] = failure_digest(output)
                 with printing:
                     _say(f"=== {name}: {'PASS' if ok else 'FAIL'} in {seconds:.1f}s")
-                    sys.stdout.write(log.read_text(errors="replace"))
+                    sys.stdout.write(output)
                     sys.stdout.flush()
 
     threads = [threading.Thread(target=run_lane, args=(i,)) for i in range(count)]
@@ -462,6 +478,11 @@ def test(uv: str) -> int:
         total = sum(cpus)
         lanes_used = f"{count} lane{'s' if count != 1 else ''}"
         print(f"{lanes_used}: {wall:.1f}s, cpu {total:.1f}s ({total / wall:.2f} cores busy)")
+    # the failures again at the very end, where a truncated log still shows them
+    for name, lines in digests.items():
+        print(f"{name} failed:")
+        for line in lines:
+            print(f"    {line}")
     passed = sum(1 for ok, _, _ in results.values() if ok)
     failed = len(results) - passed
     print(f"{passed} passed, {failed} failed")
