@@ -52,6 +52,7 @@ from dex._protocol import (
     encoder,
     server_frame_decoder,
 )
+from dex._worker._deadlines import Deadlines
 from dex._worker._inline import InlineExecutes
 from dex._worker._logs import attempt_failure_line, task_log
 from dex._wsframes import (
@@ -157,13 +158,14 @@ def _buffered(ws: ClientConnection) -> int | None:
 class _TaskIO:
     """The ``dex._invoke.TaskIO`` of one task on this session."""
 
-    __slots__ = ("_seq", "_session", "cancelled", "task_id")
+    __slots__ = ("_seq", "_session", "cancelled", "task_id", "timed_out")
 
     def __init__(self, session: Session, task_id: str) -> None:
         self._session = session
         self.task_id = task_id
         self._seq = 0
         self.cancelled = False
+        self.timed_out = False  # cancelled by the session's deadline timer
 
     async def heartbeat(self, value: bytes | None, *, has_value: bool, durable: bool) -> None:
         self._seq += 1
@@ -233,6 +235,7 @@ class Session:
         self._reads: dict[int, tuple[asyncio.Future[StateValues], str, bytes]] = {}
         self._read_ids = 0
         self._tasks: dict[str, tuple[asyncio.Task[None], _TaskIO]] = {}
+        self._deadlines = Deadlines(self._deadline_passed)
         self._inline = InlineExecutes(worker.registry)
         self._steps_running = 0
         self._idle = asyncio.Event()
@@ -504,15 +507,25 @@ class Session:
                 task = await worker.blobs.resolve(task)
             if task.deadline > 0:
                 remaining = task.deadline - time.time() + _DEADLINE_GRACE_S
-                async with asyncio.timeout(max(remaining, 0.0)):
+                loop = asyncio.get_running_loop()
+                self._deadlines.watch(task.task_id, loop.time() + max(remaining, 0.0))
+                try:
                     result = await worker.invoke(task, io)
+                finally:
+                    self._deadlines.forget(task.task_id)
+                if io.timed_out and (current := asyncio.current_task()) is not None:
+                    current.uncancel()  # the handler took the cancel and returned anyway
             else:
                 result = await worker.invoke(task, io)
         except asyncio.CancelledError:
-            if not io.cancelled:
+            # the deadline timer's cancel, unless another one came too (then it stands)
+            current = asyncio.current_task()
+            if io.timed_out and not io.cancelled and current is not None:
+                if current.uncancel() > 0:
+                    raise
+                result = _error_result(task, "TaskDeadlineExceeded", "the task's deadline passed")
+            elif not io.cancelled:
                 raise
-        except TimeoutError:
-            result = _error_result(task, "TaskDeadlineExceeded", "the task's deadline passed")
         except SessionLostError:
             io.cancelled = True
         except Exception as exc:  # invoke turns user errors into results; this is ours
@@ -553,6 +566,14 @@ class Session:
         log.error("task %s: %s", result.task_id, message)
         error = ErrorInfo(error_type=ErrorCode.LIMIT_EXCEEDED, message=message, non_retryable=True)
         return encoder.encode(ResultFrame(result=TaskResult(task_id=result.task_id, error=error)))
+
+    def _deadline_passed(self, task_id: str) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            return
+        handle, io = entry
+        io.timed_out = True
+        handle.cancel()
 
     def _cancel(self, task_id: str) -> None:
         entry = self._tasks.get(task_id)
