@@ -3,8 +3,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
-from dex_agents import AgentEvent, AgentEventType, AgentEventWriter, ToolCallStatus
+import pytest
+from dex_agents import AgentEvent, AgentEventType, AgentEventWriter, ToolCallStatus, _session
 from dex_agents._events import TEXT_FLUSH_BYTES, run_heartbeats, start_heartbeats
 
 
@@ -163,3 +165,30 @@ async def test_started_heartbeats_begin_one_interval_later_and_stop() -> None:
     assert beats[0] - started >= 0.04  # the first one waits a whole interval
     await asyncio.sleep(0.15)
     assert len(beats) == count  # none after stop
+
+
+async def test_a_runner_call_closes_its_writer_and_stops_its_heartbeats_when_it_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    beats: list[float] = []
+
+    async def heartbeat() -> None:
+        beats.append(time.monotonic())
+
+    written: list[AgentEvent] = []
+    parts = SimpleNamespace(events=SimpleNamespace(write=lambda ctx, event: written.append(event)))
+    ctx = SimpleNamespace(heartbeat=heartbeat, attempt=3, step_execution_id="RunModel-7")
+    monkeypatch.setattr(_session, "start_heartbeats", lambda beat: start_heartbeats(beat, 0.01))
+    with pytest.raises(RuntimeError, match="model failed"):
+        async with _session.runner_call(parts, ctx, "turn-2") as writer:  # type: ignore[arg-type]
+            await poll(lambda: len(beats) >= 2)
+            writer.write_text_delta("partial answer")
+            assert not writer.closed and written == []  # the delta waits in its batch
+            raise RuntimeError("model failed")
+    assert writer.closed
+    assert [(e.type, e.data, e.turn_id, e.attempt) for e in written] == [
+        (AgentEventType.TEXT_DELTA, {"text": "partial answer"}, "turn-2", 3)
+    ]
+    stopped_at = len(beats)
+    await asyncio.sleep(0.05)  # five intervals: a running beat would have ticked
+    assert len(beats) == stopped_at

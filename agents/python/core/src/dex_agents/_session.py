@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,18 +97,32 @@ def emit(
         pass
 
 
-@asynccontextmanager
-async def runner_call(
-    parts: SessionParts, ctx: AsyncContext, turn_id: str
-) -> AsyncIterator[AgentEventWriter]:
-    """Run a runner call with background heartbeats; its writer closes when it returns."""
-    writer = event_writer(parts, ctx, turn_id)
-    stop = start_heartbeats(ctx.heartbeat)
-    try:
-        yield writer
-    finally:
-        stop()
-        writer.close()
+def runner_call(parts: SessionParts, ctx: AsyncContext, turn_id: str) -> _RunnerCall:
+    """Run a runner call with background heartbeats; its writer closes when it returns.
+
+    Use as ``async with runner_call(parts, ctx, turn_id) as writer``.
+    """
+    return _RunnerCall(parts, ctx, turn_id)
+
+
+class _RunnerCall:
+    # a class, not an async generator: every model and tool call enters one, and a
+    # generator-based context manager costs several times as much
+    __slots__ = ("_ctx", "_parts", "_stop", "_turn_id", "_writer")
+
+    def __init__(self, parts: SessionParts, ctx: AsyncContext, turn_id: str) -> None:
+        self._parts = parts
+        self._ctx = ctx
+        self._turn_id = turn_id
+
+    async def __aenter__(self) -> AgentEventWriter:
+        self._writer = event_writer(self._parts, self._ctx, self._turn_id)
+        self._stop = start_heartbeats(self._ctx.heartbeat)
+        return self._writer
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stop()
+        self._writer.close()
 
 
 def all_tool_calls(ctx: Context) -> list[AgentToolCall]:
