@@ -89,6 +89,17 @@ def test_attribute_map_loading_rules() -> None:
     assert Docs.lock(key).physical == physical and Docs.load(key).physical == physical
 
 
+def test_instance_names_are_the_same_built_anew_or_remembered_and_bad_keys_still_fail() -> None:
+    keys = ["plain-key_1.~", "a/b c", "é", "%2F"]
+    first = [instance_name("Docs", key) for key in keys]
+    assert first == ["Docs/plain-key_1.~", "Docs/a%2Fb%20c", "Docs/%C3%A9", "Docs/%252F"]
+    assert [instance_name("Docs", key) for key in keys] == first
+    assert instance_name("Other", "a/b c") == "Other/a%2Fb%20c"  # the map is part of the key
+    for bad in ["", ["a"], None, 3]:
+        with pytest.raises(InvalidMapKeyError):
+            instance_name("Docs", bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("key", ["a/b", "/", "x/y/z", "%2F", "é ü", "a" * 300])
 def test_start_options_take_every_key_the_attribute_map_takes(key: str) -> None:
     ctx, inv = ctx_for(task())

@@ -49,10 +49,25 @@ def instance_name(name: str, key: str) -> str:
         InvalidMapKeyError: ``key`` is not a non-empty string (see :func:`check_map_key`).
 
     """
+    try:
+        return _INSTANCE_NAMES[name, key]
+    except (KeyError, TypeError):  # TypeError: an unhashable key, refused below
+        pass
     check_map_key(name, key)
     if _UNQUOTED.fullmatch(key):  # what quote() leaves as it is (most keys): skip its cost
-        return f"{name}/{key}"
-    return f"{name}/{quote(key, safe='')}"
+        full = f"{name}/{key}"
+    else:
+        full = f"{name}/{quote(key, safe='')}"
+    if len(_INSTANCE_NAMES) >= _INSTANCE_NAMES_MAX:
+        _INSTANCE_NAMES.clear()
+    _INSTANCE_NAMES[name, key] = full
+    return full
+
+
+# Names built lately: a handler reads and writes the same few instances many times (only
+# valid keys are kept, so a hit needs no check; cleared when full, a bound for long runs).
+_INSTANCE_NAMES: dict[tuple[str, str], str] = {}
+_INSTANCE_NAMES_MAX = 4096
 
 
 # the characters urllib.parse.quote never quotes
