@@ -17,14 +17,12 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 from dex._protocol import StreamMessageWire
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Msg:
+class _Msg(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     value: bytes
     created: float

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from dex._protocol import DecisionSpec, Movement, StepOptionsSpec, WaitSpec
 
 from dex_server.engine.ids import format_execution_id
@@ -18,8 +19,7 @@ class InvalidDecisionError(Exception):
     """
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveExecution:
+class LiveExecution(msgspec.Struct, frozen=True, kw_only=True):
     """An execution that is queued, running or waiting."""
 
     execution_id: str
@@ -27,8 +27,7 @@ class LiveExecution:
     from_execution_id: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class NewExecution:
+class NewExecution(msgspec.Struct, frozen=True, kw_only=True):
     """An execution a movement creates."""
 
     execution_id: str
@@ -50,8 +49,7 @@ class CloseRequest:
     error_message: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DecisionPlan:
+class DecisionPlan(msgspec.Struct, frozen=True, kw_only=True):
     """What one ``execute`` decision does.
 
     Attributes:
@@ -64,12 +62,12 @@ class DecisionPlan:
 
     """
 
-    new: list[NewExecution] = field(default_factory=list)
-    cancel: list[str] = field(default_factory=list)
+    new: list[NewExecution] = []
+    cancel: list[str] = []
     close: CloseRequest | None = None
     graceful: bool = False
     completion_output: bytes | None = None
-    counters: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = {}
 
 
 def plan_movements(

@@ -213,22 +213,21 @@ class ReadyTask:
     """The record as this job last wrote it (spares re-reading it to build the task)."""
 
 
-@dataclass(kw_only=True)
-class Effects:
+class Effects(msgspec.Struct, kw_only=True):
     """What the event loop must do after a job committed."""
 
-    ready: list[ReadyTask] = field(default_factory=list)
-    cancelled: list[tuple[str, str]] = field(default_factory=list)
-    closed: list[tuple[str, str]] = field(default_factory=list)  # (flow_id, run_id)
-    timers: list[tuple[float, str, str]] = field(default_factory=list)
-    versions: dict[str, int] = field(default_factory=dict)
-    specs: list[SpecIndex] = field(default_factory=list)
+    ready: list[ReadyTask] = []
+    cancelled: list[tuple[str, str]] = []
+    closed: list[tuple[str, str]] = []  # (flow_id, run_id)
+    timers: list[tuple[float, str, str]] = []
+    versions: dict[str, int] = {}
+    specs: list[SpecIndex] = []
     """Spec versions the job stored, to install once it committed (never before)."""
-    recorded: list[tuple[str, str]] = field(default_factory=list)
+    recorded: list[tuple[str, str]] = []
     """Executions that take a recorded outcome of a preserved run (time travel)."""
-    continue_as_new: list[str] = field(default_factory=list)
+    continue_as_new: list[str] = []
     """Runs that may continue as new now (each checked again in its own job)."""
-    streams: list[tuple[str, str, str, bytes, str]] = field(default_factory=list)
+    streams: list[tuple[str, str, str, bytes, str]] = []
     """Stream writes a committed result carried: (flow type, Stream, Flow ID, value, source)."""
 
     def merge(self, other: Effects) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -71,8 +70,7 @@ _ENGINE_FAILURES = frozenset(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class AttemptRef:
+class AttemptRef(msgspec.Struct, frozen=True, kw_only=True):
     """Which attempt a Worker frame belongs to."""
 
     run_id: str
