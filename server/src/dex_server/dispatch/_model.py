@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
@@ -31,8 +30,7 @@ def schedule_to_start_error(flow_type: str, timeout_s: float | None) -> ErrorInf
     )
 
 
-@dataclass(eq=False, kw_only=True)
-class Envelope:
+class Envelope(msgspec.Struct, kw_only=True, eq=False):
     """A task waiting for, or held by, a Worker."""
 
     kind: Literal["wait_for", "execute", "rpc"]
@@ -49,7 +47,7 @@ class Envelope:
     version: int = 0
     enqueued_at: float = 0.0
     """``time.monotonic()`` when last queued: every requeue restarts the wait."""
-    rejected_by: dict[int, float] = field(default_factory=dict)
+    rejected_by: dict[int, float] = {}
     """Connection id → ``time.monotonic()`` of its last rejection of this task."""
     cancelled: bool = False
     locks_held: bool = False
@@ -62,8 +60,7 @@ class Envelope:
         return (self.run_id, self.execution_id) if self.execution_id else None
 
 
-@dataclass(eq=False, kw_only=True)
-class InFlight:
+class InFlight(msgspec.Struct, kw_only=True, eq=False):
     env: Envelope
     conn: WorkerConn
     task_id: str

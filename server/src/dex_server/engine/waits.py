@@ -19,29 +19,26 @@ Rules (pure, two-phase, exclusive):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 from dex._protocol import ConditionSpec, LoadSpec, StepOptionsSpec, WaitSpec
 
 
-@dataclass(frozen=True, kw_only=True)
-class WaitingExecution:
+class WaitingExecution(msgspec.Struct, frozen=True, kw_only=True):
     """One execution parked on a Wait whose timers carry absolute ``fire_at`` values."""
 
     execution_id: str
     wait: WaitSpec
 
 
-@dataclass(frozen=True, kw_only=True)
-class WaitMatch:
+class WaitMatch(msgspec.Struct, frozen=True, kw_only=True):
     """A satisfied Wait: fired timers and the message ids each channel condition takes."""
 
     execution_id: str
-    timers_fired: list[bool] = field(default_factory=list)
-    consumed: list[list[str]] = field(default_factory=list)
-    channel_names: list[str] = field(default_factory=list)
-    subflows_done: list[bool] = field(default_factory=list)
+    timers_fired: list[bool] = []
+    consumed: list[list[str]] = []
+    channel_names: list[str] = []
+    subflows_done: list[bool] = []
 
 
 def resolve_timers(wait: WaitSpec, now: float) -> WaitSpec:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -193,8 +193,7 @@ class Specs:
         return [cur, *rest] if cur is not None else rest
 
 
-@dataclass(kw_only=True)
-class ReadyTask:
+class ReadyTask(msgspec.Struct, kw_only=True):
     """A Step method ready to be dispatched."""
 
     run_id: str
@@ -209,7 +208,7 @@ class ReadyTask:
     schedule_to_start_s: float | None = None
     task: Task | None = None
     version: int = 0
-    record: ExecRecord | None = field(default=None, repr=False)
+    record: ExecRecord | None = None
     """The record as this job last wrote it (spares re-reading it to build the task)."""
 
 
