@@ -568,19 +568,17 @@ class Session:
         return encoder.encode(ResultFrame(result=TaskResult(task_id=result.task_id, error=error)))
 
     def _deadline_passed(self, task_id: str) -> None:
-        entry = self._tasks.get(task_id)
-        if entry is None:
-            return
-        handle, io = entry
-        io.timed_out = True
-        handle.cancel()
+        self._cancel(task_id, deadline=True)
 
-    def _cancel(self, task_id: str) -> None:
+    def _cancel(self, task_id: str, *, deadline: bool = False) -> None:
         entry = self._tasks.get(task_id)
         if entry is None:
             return
         handle, io = entry
-        io.cancelled = True
+        if deadline:  # the handler's result becomes TaskDeadlineExceeded
+            io.timed_out = True
+        else:  # nothing is sent for it
+            io.cancelled = True
         handle.cancel()
 
     def abandon(self) -> None:
