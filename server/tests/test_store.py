@@ -261,3 +261,103 @@ async def test_the_page_cache_of_every_connection_is_bounded_as_configured(
     assert default.cache_mib == 16
     with pytest.raises(ValueError, match="sqlite_cache_mib must be at least 1"):
         ServerConfig(database_path=tmp_path / "db3", sqlite_cache_mib=0)
+
+
+def _open_journal_files() -> list[str]:
+    """The temporary files SQLite holds open in this process (its journals that spilled)."""
+    fds = Path("/proc/self/fd")
+    names = []
+    for fd in fds.iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue
+        if "etilqs_" in target.name:
+            names.append(str(target))
+    return names
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+async def test_jobs_that_change_many_pages_in_one_batch_keep_their_journals_in_memory(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    conn = store._conn
+    assert conn is not None
+    try:
+
+        def setup(tx: object) -> None:
+            conn.execute("CREATE TABLE scratch (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+            conn.executemany(
+                "INSERT INTO scratch (k, v) VALUES (?, ?)", [(k, bytes(1000)) for k in range(400)]
+            )
+
+        await store.run(setup)
+        gate = threading.Event()
+        seen: list[list[str]] = []
+
+        def blocker(tx: object) -> None:
+            gate.wait(10)
+
+        def rewrite(fill: int):  # type: ignore[no-untyped-def]
+            def run(tx: object) -> None:
+                # about a hundred pages changed inside this job's savepoint
+                conn.execute("UPDATE scratch SET v = ?", (bytes([fill]) * 1000,))
+                seen.append(_open_journal_files())
+
+            return run
+
+        first = store.submit(blocker)
+        while store._queue.qsize() or not store._conn_lock.locked():  # the writer holds it
+            await asyncio.sleep(0.001)
+        jobs = [store.submit(rewrite(i)) for i in range(1, 4)]
+        gate.set()
+        await first
+        await asyncio.gather(*jobs)
+        assert len(seen) == 3
+        assert seen == [[], [], []], f"a journal went to a temporary file: {seen}"
+    finally:
+        await store.close()
+
+
+async def test_a_job_submitted_alone_runs_in_a_transaction_of_its_own(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    try:
+        gate = threading.Event()
+        batch_of: dict[str, int] = {}
+
+        def blocker(tx: object) -> None:
+            gate.wait(10)
+
+        def job(name: str, fail: bool = False):  # type: ignore[no-untyped-def]
+            def run(tx: object) -> str:
+                batch_of[name] = store.batches  # counts the transactions committed before
+                if fail:
+                    raise ValueError(name)
+                return name
+
+            return run
+
+        first = store.submit(blocker)
+        while store._queue.qsize() or not store._conn_lock.locked():
+            await asyncio.sleep(0.001)
+        before = [store.submit(job("a1")), store.submit(job("a2"))]
+        big = store.submit(job("big"), alone=True)
+        after = [store.submit(job("b1")), store.submit(job("b2"))]
+        lone_failure = store.submit(job("bad", fail=True), alone=True)
+        last = store.submit(job("c1"))
+        gate.set()
+        await first
+        assert await asyncio.gather(*before, big, *after) == ["a1", "a2", "big", "b1", "b2"]
+        with pytest.raises(ValueError, match="bad"):
+            await lone_failure
+        assert await last == "c1"
+        # the jobs around it share their batches; it has one to itself, in queue order
+        assert batch_of["a1"] == batch_of["a2"] < batch_of["big"] < batch_of["b1"]
+        assert batch_of["b1"] == batch_of["b2"] < batch_of["bad"] < batch_of["c1"]
+        # and an inline submission of it still waits its turn on the writer
+        assert await store.submit(job("inline-alone"), inline=True, alone=True) == "inline-alone"
+    finally:
+        await store.close()

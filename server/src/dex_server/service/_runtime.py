@@ -1032,7 +1032,7 @@ class Runtime:
         outage = Outage("the retention sweep")
         while True:
             try:
-                gone = await self.store.run(lambda tx: _flows.sweep(tx, time.time()))
+                gone = await self.store.run(lambda tx: _flows.sweep(tx, time.time()), alone=True)
                 for flow_type, flow_id in gone:
                     self.streams.drop_flow(flow_type, flow_id)
             except Exception as exc:

@@ -377,16 +377,21 @@ class Store(Protocol):
         """
 
     async def close(self) -> None: ...
-    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+    def submit(
+        self, job: Callable[[Tx], T], *, inline: bool = False, alone: bool = False
+    ) -> asyncio.Future[T]:
         """Queue ``job``; the future resolves after its transaction commits.
 
         ``inline``: the caller allows the job to run on the calling (event loop) thread
         when the store has nothing else queued or running, which saves two thread
         hand-offs. Only for short jobs on the hot path; a store may ignore it.
+        ``alone``: the job may change very many rows; it runs in a transaction of its
+        own, where a store would otherwise journal its changes in memory to roll back
+        only it (a store may ignore it).
         """
         ...
 
-    async def run(self, job: Callable[[Tx], T]) -> T: ...
+    async def run(self, job: Callable[[Tx], T], *, alone: bool = False) -> T: ...
     async def read(self, job: Callable[[Tx], T]) -> T:
         """Run a read-only job off the writer (one consistent snapshot)."""
 

@@ -314,10 +314,13 @@ class PostgresStore:
             self._conn.close()
             self._conn = None
 
-    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+    def submit(
+        self, job: Callable[[Tx], T], *, inline: bool = False, alone: bool = False
+    ) -> asyncio.Future[T]:
         """Queue ``job`` for the writer; the future resolves after its transaction commits.
 
         ``inline`` is ignored: a commit waits for the network, never on the event loop.
+        ``alone`` is ignored too: the savepoints of a batch are the database server's.
         """
         assert self._loop is not None, "store is not open"
         fut: asyncio.Future[T] = self._loop.create_future()
@@ -325,7 +328,7 @@ class PostgresStore:
         self._queue.put((job, fut))
         return fut
 
-    async def run(self, job: Callable[[Tx], T]) -> T:
+    async def run(self, job: Callable[[Tx], T], *, alone: bool = False) -> T:
         """Run ``job`` in a transaction and return its result."""
         return await self.submit(job)
 

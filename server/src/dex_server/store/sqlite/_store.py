@@ -64,6 +64,21 @@ _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 _WAL_AHEAD_BYTES = 4 * 1024 * 1024
 
 
+class _Alone:
+    """A job that runs in a transaction of its own (``SqliteStore.submit(alone=True)``)."""
+
+    __slots__ = ("job",)
+
+    def __init__(self, job: Callable[[Tx], Any]) -> None:
+        self.job = job
+
+    def __call__(self, tx: Tx) -> Any:
+        return self.job(tx)
+
+
+_Item = tuple[Callable[[Tx], Any], asyncio.Future[Any]]
+
+
 class DataFolderInUseError(RuntimeError):
     """Another server process holds the SQLite store's data folder.
 
@@ -225,6 +240,9 @@ class SqliteStore:
     before. A lock keeps the connection to one thread at a time, and jobs still
     run in the order they were submitted.
 
+    ``submit(job, alone=True)`` runs the job in a transaction of its own, never in a batch,
+    so that no savepoint journals what it changes (for jobs that may change many pages).
+
     ``read(job)`` is a second path for read-only jobs on a hot path (a running task reading
     state on demand): a reader thread with its own connection runs them in a read
     transaction, so they neither queue behind the writer nor wait for its commits, and
@@ -248,9 +266,7 @@ class SqliteStore:
         self.fsync = fsync
         self.cache_mib = cache_mib
         self.verify_only = verify_only
-        self._queue: queue.SimpleQueue[tuple[Callable[[Tx], Any], asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: sqlite3.Connection | None = None
@@ -338,6 +354,12 @@ class SqliteStore:
         else:
             apply_migrations(self._conn)
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        # Statement and savepoint journals in memory: at the default (a file) SQLite moves
+        # one past 64 KiB to a temporary file, created, written and deleted in most
+        # transactions of a Worker message's results (a savepoint each); about a seventh of
+        # an agent turn's store time. Such a journal holds the pages a job changes, so a job
+        # that may change very many (the retention sweep) is submitted ``alone``.
+        self._conn.execute("PRAGMA temp_store=MEMORY")
         self._conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
         (page_size,) = self._conn.execute("PRAGMA page_size").fetchone()
         self._wal_frame_bytes = 24 + int(page_size)
@@ -383,16 +405,21 @@ class SqliteStore:
             self._conn = None
         self.release()
 
-    def submit(self, job: Callable[[Tx], T], *, inline: bool = False) -> asyncio.Future[T]:
+    def submit(
+        self, job: Callable[[Tx], T], *, inline: bool = False, alone: bool = False
+    ) -> asyncio.Future[T]:
         """Queue ``job`` for the writer; the future resolves after its transaction commits.
 
-        ``inline``: it may run on this thread instead (see the class).
+        ``inline``: it may run on this thread instead (see the class). ``alone``: it runs
+        in a transaction of its own (``inline`` is then ignored).
         """
         loop = self._loop
         assert loop is not None, "store is not open"
         fut: asyncio.Future[T] = loop.create_future()
         self.submitted += 1
-        if inline:
+        if alone:
+            job = _Alone(job)
+        elif inline:
             if not self._inline:
                 loop.call_soon(self._flush_inline)
             self._inline.append((job, fut))
@@ -436,9 +463,9 @@ class SqliteStore:
             self._submitted += 1
             self._queue.put(item)
 
-    async def run(self, job: Callable[[Tx], T]) -> T:
-        """Run ``job`` in a transaction and return its result."""
-        return await self.submit(job)
+    async def run(self, job: Callable[[Tx], T], *, alone: bool = False) -> T:
+        """Run ``job`` in a transaction and return its result (``alone``: see ``submit``)."""
+        return await self.submit(job, alone=alone)
 
     async def read(self, job: Callable[[Tx], T]) -> T:
         """Run the read-only ``job`` on the reader thread and return its result.
@@ -473,18 +500,23 @@ class SqliteStore:
         tx = self._tx
         assert tx is not None
         stopping = False
+        carried: _Item | None = None
         while not stopping:
-            item = self._queue.get()
+            item = carried if carried is not None else self._queue.get()
+            carried = None
             if item is None:
                 break
             batch = [item]
-            while len(batch) < _MAX_BATCH:
+            while len(batch) < _MAX_BATCH and not isinstance(batch[0][0], _Alone):
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
                     stopping = True
+                    break
+                if isinstance(nxt[0], _Alone):
+                    carried = nxt  # the next transaction, once this batch committed
                     break
                 batch.append(nxt)
             with self._conn_lock:
