@@ -33,26 +33,28 @@ class MessageCache:
     """Per-process cache of each session run's messages, oldest first (a prefix 1..n).
 
     Bounded by sessions and by total messages (least recently used sessions go first).
-    Safe to use from several event loops and threads.
+    Safe to use from several event loops and threads. A session's messages are a tuple,
+    handed out as is: a model call then costs no copy of the whole history (at 5,000
+    messages, copies of it were most of what a turn's Worker time grew by).
     """
 
     def __init__(self, max_sessions: int = _MAX_SESSIONS, max_messages: int = _MAX_MESSAGES):
         self._max_sessions = max_sessions
         self._max_messages = max_messages
-        self._sessions: OrderedDict[tuple[str, str], list[AgentMessage]] = OrderedDict()
+        self._sessions: OrderedDict[tuple[str, str], tuple[AgentMessage, ...]] = OrderedDict()
         self._count = 0
         self._lock = threading.Lock()
         self.fetched = 0  # messages read from the server (for tests and tuning)
 
-    def prefix(self, session: tuple[str, str]) -> list[AgentMessage]:
+    def prefix(self, session: tuple[str, str]) -> tuple[AgentMessage, ...]:
         with self._lock:
             cached = self._sessions.get(session)
             if cached is None:
-                return []
+                return ()
             self._sessions.move_to_end(session)
-            return list(cached)
+            return cached
 
-    def store(self, session: tuple[str, str], messages: list[AgentMessage]) -> None:
+    def store(self, session: tuple[str, str], messages: tuple[AgentMessage, ...]) -> None:
         with self._lock:
             old = self._sessions.pop(session, None)
             self._count -= len(old) if old is not None else 0
@@ -73,14 +75,16 @@ class MessageCache:
 MESSAGE_CACHE = MessageCache()
 
 
-async def session_messages(ctx: Context, count: int) -> list[AgentMessage]:
+async def session_messages(ctx: Context, count: int) -> tuple[AgentMessage, ...]:
     """Messages ``1..count`` of this session run in sequence order, fetching only new ones.
 
     ``count`` is ``AgentState.message_count`` of the task's snapshot. Falls back to one
     full read when the cached prefix and the store disagree (a gap in the sequence).
     """
     session = (ctx.flow_id, ctx.run_id)
-    known = MESSAGE_CACHE.prefix(session)[:count]
+    known = MESSAGE_CACHE.prefix(session)
+    if len(known) > count:
+        known = known[:count]
     if len(known) < count:
         # The newest messages may have come with the task (first_model_call's loads):
         # only the gap between the cache and them is read from the server.
@@ -98,13 +102,13 @@ async def session_messages(ctx: Context, count: int) -> list[AgentMessage]:
             rows = await persistence.AgentMessages.load_range(
                 ctx, None, sequence_key_or_end(count + 1)
             )
-            known = [message for _, message in rows]
+            known = tuple(message for _, message in rows)
             if [m.sequence for m in known] == list(range(1, len(known) + 1)):
                 MESSAGE_CACHE.store(session, known)
             return known
         # The cached prefix is 1..len(known) and ``fresh`` was checked to follow it, so
         # only the new messages are checked: the cost does not grow with the session.
-        known = known + fresh
+        known = (*known, *fresh)
         MESSAGE_CACHE.store(session, known)
     return known
 
