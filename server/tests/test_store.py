@@ -263,6 +263,14 @@ async def test_the_page_cache_of_every_connection_is_bounded_as_configured(
         ServerConfig(database_path=tmp_path / "db3", sqlite_cache_mib=0)
 
 
+async def _until_the_writer_runs_it(store: SqliteStore) -> None:
+    """Wait until the writer took the only queued job and holds the connection for it."""
+    deadline = time.monotonic() + 10
+    while store._queue.qsize() or not store._conn_lock.locked():
+        assert time.monotonic() < deadline, "the writer did not take the job"
+        await asyncio.sleep(0.001)
+
+
 def _open_journal_files() -> list[str]:
     """The temporary files SQLite holds open in this process (its journals that spilled)."""
     fds = Path("/proc/self/fd")
@@ -309,8 +317,7 @@ async def test_jobs_that_change_many_pages_in_one_batch_keep_their_journals_in_m
             return run
 
         first = store.submit(blocker)
-        while store._queue.qsize() or not store._conn_lock.locked():  # the writer holds it
-            await asyncio.sleep(0.001)
+        await _until_the_writer_runs_it(store)
         jobs = [store.submit(rewrite(i)) for i in range(1, 4)]
         gate.set()
         await first
@@ -341,8 +348,7 @@ async def test_a_job_submitted_alone_runs_in_a_transaction_of_its_own(tmp_path: 
             return run
 
         first = store.submit(blocker)
-        while store._queue.qsize() or not store._conn_lock.locked():
-            await asyncio.sleep(0.001)
+        await _until_the_writer_runs_it(store)
         before = [store.submit(job("a1")), store.submit(job("a2"))]
         big = store.submit(job("big"), alone=True)
         after = [store.submit(job("b1")), store.submit(job("b2"))]
