@@ -290,7 +290,7 @@ class SqliteStore:
         self._finished = 0  # written under _conn_lock only
         self._tx: Tx | None = None
         # inline jobs submitted in this loop iteration (see _flush_inline)
-        self._inline: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
+        self._inline: list[_Item] = []
 
     def acquire(self) -> None:
         """Lock the data folder for this process (until :meth:`release` or its exit).
@@ -591,7 +591,7 @@ class SqliteStore:
         self,
         conn: sqlite3.Connection,
         tx: Tx,
-        batch: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]],
+        batch: list[_Item],
         *,
         inline: bool = False,
     ) -> None:
