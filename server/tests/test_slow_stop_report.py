@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,22 +16,28 @@ async def stuck_in_shutdown(gate: asyncio.Event) -> None:
 
 
 async def test_a_slow_stop_writes_thread_and_task_stacks(
-    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = asyncio.Event()
-    task = asyncio.create_task(stuck_in_shutdown(gate))
-    handle = _report_slow_stop(0.2)
-    try:
-        deadline = asyncio.get_running_loop().time() + 10
-        err = ""
-        while "its tasks" not in err or "most recent call first" not in err:
-            assert asyncio.get_running_loop().time() < deadline, err
-            await asyncio.sleep(0.05)
-            err += capfd.readouterr().err
-    finally:
-        handle.cancel()
-        gate.set()
-        await task
+    # stderr is a file opened for appending and read by path: faulthandler writes its dump
+    # from its own thread, and reading (and so truncating) a capture while it writes would
+    # lose the start of the report
+    report = tmp_path / "stderr.txt"
+    with report.open("a", encoding="utf-8") as stderr:
+        monkeypatch.setattr(sys, "stderr", stderr)
+        gate = asyncio.Event()
+        task = asyncio.create_task(stuck_in_shutdown(gate))
+        handle = _report_slow_stop(0.2)
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            err = ""
+            while "its tasks" not in err or "most recent call first" not in err:
+                assert asyncio.get_running_loop().time() < deadline, err
+                await asyncio.sleep(0.05)
+                err = report.read_text(encoding="utf-8", errors="replace")
+        finally:
+            handle.cancel()
+            gate.set()
+            await task
     assert "still stopping after 0.2 s" in err
     assert "stuck_in_shutdown" in err  # the task, at its await
     assert "Thread" in err  # faulthandler's dump of the threads
