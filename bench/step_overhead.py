@@ -339,6 +339,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     gates: list[subprocess.Popen[bytes]] = []
     addresses: list[str] = []
     slots = str(args.flows + 8)
+    # Each gated Worker has room for its server's share of the Flows. The Flows start before
+    # any Fanout Worker is connected, so their first Steps wait in the pool, and a server
+    # claims from it as many as its Worker has free slots: with room for all of them, the
+    # first Worker to connect would take every Flow to its server, and the figure would be
+    # one server's (or whichever way that race went).
+    gate_slots = str(args.flows // args.servers + 8)
     if args.in_process and args.servers > 1:
         raise SystemExit("--in-process runs one embedded server: drop --servers")
     try:
@@ -359,7 +365,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             )
             gates.append(
                 subprocess.Popen(
-                    [sys.executable, __file__, "--worker", address, "--slots", slots, "--gated"],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        address,
+                        "--slots",
+                        gate_slots,
+                        "--gated",
+                    ],
                     stdin=subprocess.PIPE,
                     start_new_session=True,
                 )
@@ -374,7 +388,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             before = [process_counters(pid) for pid in watched]
             overheads, wall_ms = await sequential(clients[0], args.steps)
             after = [process_counters(pid) for pid in watched]
+            spent = [process_counters(proc.pid)[0] for proc in servers]
             steps_per_s = await concurrent(clients, gates, args.flows, args.flow_steps)
+            # how the concurrent Flows' work fell on the servers (CPU seconds each)
+            spent = [process_counters(p.pid)[0] - s for p, s in zip(servers, spent, strict=True)]
         finally:
             for c in clients:
                 await c.close()
@@ -394,7 +411,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     )
     print(
         f"concurrent: {args.flows} Flows x {args.flow_steps} Steps on {args.servers} "
-        f"server(s), {steps_per_s:.0f} Steps/s"
+        f"server(s), {steps_per_s:.0f} Steps/s; server CPU "
+        + ", ".join(f"{s:.2f} s" for s in spent)
     )
     print(
         f"per Step (sequential): server {cpu_ms[0]:.3f} ms CPU, {switches[0]:.2f} context "
