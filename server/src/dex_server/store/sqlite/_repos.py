@@ -25,6 +25,10 @@ _spec_decoder = msgspec.json.Decoder(FlowSpec)
 
 _SINGLETONS_SKIP_AFTER = 16
 _EXEC_GET = "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND execution_id=?"
+_FLOW_WITH_EXEC = (
+    "SELECT f.data, e.data, e.claimed_by, e.claim_epoch FROM flows f LEFT JOIN executions e"
+    " ON e.run_id=f.run_id AND e.execution_id=? WHERE f.run_id=?"
+)
 # kept by triggers on channel_messages (migration 0010): one row per non-empty Channel
 _CHANNEL_SIZES = "SELECT channel, size FROM channel_sizes WHERE run_id=?"
 _SINGLETONS_FROM = (
@@ -138,11 +142,14 @@ class SqliteFlows:
     def get_with_execution(
         self, run_id: str, execution_id: str
     ) -> tuple[FlowRecord | None, ExecRecord | None]:
-        flow = self.get(run_id)
-        if flow is None:
+        # one statement for both: every Step result loads them
+        row = self.c.execute(_FLOW_WITH_EXEC, (execution_id, run_id)).fetchone()
+        if row is None:
             return None, None
-        row = self.c.execute(_EXEC_GET, (run_id, execution_id)).fetchone()
-        return flow, with_claim(exec_decoder.decode(row[0]), row[1], row[2]) if row else None
+        flow = flow_decoder.decode(row[0])
+        if row[1] is None:
+            return flow, None
+        return flow, with_claim(exec_decoder.decode(row[1]), row[2], row[3])
 
     def latest(self, flow_id: str) -> FlowRecord | None:
         # the running run, whatever its id (another server's clock may make it the smaller)
