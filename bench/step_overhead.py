@@ -20,6 +20,9 @@ is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres de
 ``--servers N`` (PostgreSQL only) runs N servers on the one database, two Workers on
 each (one for the sequential chain, one held back for the concurrent Flows), and starts
 the concurrent Flows through the servers in turn (the sequential chain runs on the first).
+Each held-back Worker has task slots for its server's share of the Flows, so the pool
+they wait in splits between the servers; the ``concurrent:`` line gives each server's CPU
+time over them, which shows how evenly it split.
 
 ``--in-process`` runs the server and its Workers in one process instead: an application
 with ``dex_server.embedded.EmbeddedServer`` whose ``AsyncWorker`` s connect through the
