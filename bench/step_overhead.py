@@ -391,10 +391,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             before = [process_counters(pid) for pid in watched]
             overheads, wall_ms = await sequential(clients[0], args.steps)
             after = [process_counters(pid) for pid in watched]
-            spent = [process_counters(proc.pid)[0] for proc in servers]
+            cpu_before = [process_counters(p.pid)[0] for p in servers]
             steps_per_s = await concurrent(clients, gates, args.flows, args.flow_steps)
             # how the concurrent Flows' work fell on the servers (CPU seconds each)
-            spent = [process_counters(p.pid)[0] - s for p, s in zip(servers, spent, strict=True)]
+            spent = [
+                process_counters(p.pid)[0] - b for p, b in zip(servers, cpu_before, strict=True)
+            ]
         finally:
             for c in clients:
                 await c.close()

@@ -82,9 +82,7 @@ async def session_messages(ctx: Context, count: int) -> tuple[AgentMessage, ...]
     full read when the cached prefix and the store disagree (a gap in the sequence).
     """
     session = (ctx.flow_id, ctx.run_id)
-    known = MESSAGE_CACHE.prefix(session)
-    if len(known) > count:
-        known = known[:count]
+    known = MESSAGE_CACHE.prefix(session)[:count]  # a tuple's slice to its end is itself
     if len(known) < count:
         # The newest messages may have come with the task (first_model_call's loads):
         # only the gap between the cache and them is read from the server.
