@@ -2,6 +2,7 @@
 
     uv run python bench/agent_turn.py [--sessions 15] [--turns 15] [--prior 1000]
                                        [--breakdown] [--no-fsync] [--in-process]
+                                       [--follow] [--interleave]
 
 One turn = one model call that asks for three tools, three parallel tool Steps, and a
 second model call that answers. Model and tools are instant (a scripted model), so the
@@ -48,9 +49,17 @@ turn's events from the Stream to check that ``turn_completed`` was written.
   threads, ``/proc/<pid>/task/*/schedstat``); a busy machine inflates it less than wall
   time, so it shows an engine change more reliably.
 
+By default the fresh sessions' turns run first and the long session is built and measured
+after them, so the two medians come from different minutes of the machine, and on a shared
+machine their ratio moves by a fifth from run to run. ``--interleave`` builds the long
+session first and then alternates a fresh session's first turn with a turn of the long
+one, so both medians come from the same stretch of time and the same store (its file
+already holding the long session's history).
+
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
 server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite
-mode=separate|inproc follow=on|off`` (CPU per turn of fresh sessions).
+mode=separate|inproc follow=on|off order=sequential|interleaved`` (CPU per turn of fresh
+sessions).
 """
 
 from __future__ import annotations
@@ -466,7 +475,9 @@ async def bench(args: argparse.Namespace) -> str:
         fresh_sessions = [Session(stack, sessions, f"fresh-{n}") for n in range(args.sessions)]
         for session in fresh_sessions:
             await session.start()
-        fresh = [await session.turn(pids=pids, follow=args.follow) for session in fresh_sessions]
+        fresh: list[float] = []
+        if not args.interleave:
+            fresh = [await s.turn(pids=pids, follow=args.follow) for s in fresh_sessions]
 
         long = Session(stack, sessions, "long")
         await long.start()
@@ -476,7 +487,14 @@ async def bench(args: argparse.Namespace) -> str:
         prior = await message_count(long)
         padding_s = time.perf_counter() - padding_started
         long.cpu_s, long.cpu_turns, long.timelines = [0.0, 0.0], 0, []
-        loaded = [await long.turn(pids=pids, follow=args.follow) for _ in range(args.turns)]
+        loaded: list[float] = []
+        for i in range(max(args.sessions, args.turns) if args.interleave else 0):
+            if i < len(fresh_sessions):
+                fresh.append(await fresh_sessions[i].turn(pids=pids, follow=args.follow))
+            if i < args.turns:
+                loaded.append(await long.turn(pids=pids, follow=args.follow))
+        if not args.interleave:
+            loaded = [await long.turn(pids=pids, follow=args.follow) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
 
@@ -501,7 +519,8 @@ async def bench(args: argparse.Namespace) -> str:
         f"worker_cpu_ms={per_turn[1]:.2f} prior_messages={prior} "
         f"fsync={'off' if args.no_fsync else 'on'} store=sqlite "
         f"mode={'inproc' if args.in_process else 'separate'} "
-        f"follow={'on' if args.follow else 'off'}"
+        f"follow={'on' if args.follow else 'off'} "
+        f"order={'interleaved' if args.interleave else 'sequential'}"
     )
 
 
@@ -533,6 +552,11 @@ def main() -> None:
         "--in-process",
         action="store_true",
         help="embedded server and agent Worker in one child process (see the docstring)",
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="build the long session first, then alternate fresh and long turns",
     )
     parser.add_argument(
         "--follow",
