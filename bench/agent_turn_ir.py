@@ -1,4 +1,4 @@
-"""Instructions per agent turn: a machine-independent cost figure, counted by valgrind.
+"""Instructions per agent turn: a cost figure that repeats between runs, counted by valgrind.
 
     uv run python bench/agent_turn_ir.py [--turns 20] [--sessions 5]
 
@@ -13,6 +13,12 @@ polling, so no request of the bench's own lands in the count). Everything the tu
 in the engine is counted: the client's request, the server's HTTP, RPC, Step and store
 work, SQLite, and the Worker's handlers; the in-process link replaces the WebSocket, so
 the WebSocket layers are not in it.
+
+The count repeats from run to run within a sitting, but not between sittings: the same
+build counted 13.0 M instructions per turn in one sitting and 14.9 M in another, on
+development machines of the same kind (``bench/step_ir.py``: 450 k and 524 k per Step),
+and one machine has switched between the two figures. Compare builds in alternating runs
+of one sitting (``bench/compare.py`` does).
 
 The process runs twice, once with ``--sessions`` turns and once with ``--sessions +
 --turns`` turns (after the same start-up); the difference divided by ``--turns`` is the

@@ -19,7 +19,10 @@ PATH (Debian's package); each run takes a minute or two. The last line is::
 
     step_ir server_instructions_per_step=... worker_instructions_per_step=... steps=...
 
-``bench/compare.py --a A --b B -- bench/step_ir.py`` gives the ratio of two builds.
+The count repeats from run to run within a sitting, not between sittings (the same build
+counted 450 k and 524 k server instructions per Step in two sittings on machines of the
+same kind): ``bench/compare.py --a A --b B -- bench/step_ir.py`` gives the ratio of two
+builds in alternating runs of one sitting.
 """
 
 from __future__ import annotations
