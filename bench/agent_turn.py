@@ -488,12 +488,13 @@ async def bench(args: argparse.Namespace) -> str:
         padding_s = time.perf_counter() - padding_started
         long.cpu_s, long.cpu_turns, long.timelines = [0.0, 0.0], 0, []
         loaded: list[float] = []
-        for i in range(max(args.sessions, args.turns) if args.interleave else 0):
-            if i < len(fresh_sessions):
-                fresh.append(await fresh_sessions[i].turn(pids=pids, follow=args.follow))
-            if i < args.turns:
-                loaded.append(await long.turn(pids=pids, follow=args.follow))
-        if not args.interleave:
+        if args.interleave:
+            for i in range(max(args.sessions, args.turns)):
+                if i < args.sessions:
+                    fresh.append(await fresh_sessions[i].turn(pids=pids, follow=args.follow))
+                if i < args.turns:
+                    loaded.append(await long.turn(pids=pids, follow=args.follow))
+        else:
             loaded = [await long.turn(pids=pids, follow=args.follow) for _ in range(args.turns)]
         if args.breakdown:
             await breakdown(stack, long)
