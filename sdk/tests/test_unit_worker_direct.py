@@ -175,6 +175,21 @@ async def test_server_frames_split_anywhere_reach_the_sink_and_control_frames_we
     ]
 
 
+async def test_a_fragment_split_after_its_header_does_not_leave_websockets_inside_it() -> None:
+    conn, wire, server = await _opened()
+    got: list[bytes] = []
+    conn.sink = got.append
+    # a binary fragment whose payload starts like a text frame's header
+    first = b"\x02\x02\x81\x00"
+    last = b"\x80\x00"  # the empty final continuation
+    after = b"\x81\x0b" + b'{"after":1}'
+    conn.data_received(first[:2])  # its header, not its payload
+    assert got == []
+    conn.data_received(first[2:] + last + after)
+    assert got == [b"\x81\x00", b'{"after":1}']
+    assert conn.protocol.state is State.OPEN
+
+
 async def test_a_masked_server_frame_fails_the_connection_as_websockets_would() -> None:
     conn, wire, server = await _opened()
     got: list[bytes] = []

@@ -14,6 +14,7 @@ from typing import Any
 
 import dex
 import pytest
+from dex._wsframes import text_frame
 from dex_server._ws import DIRECT_FRAMES, DirectWebSocketProtocol
 from dex_server.app import ServerConfig
 from dex_server.embedded import EmbeddedServer
@@ -235,6 +236,22 @@ async def test_frames_split_anywhere_and_mixed_with_control_frames_arrive_whole(
         (Opcode.PONG, b"p2"),
     ]
     assert parsed == b""
+
+
+async def test_a_fragment_split_after_its_header_does_not_leave_websockets_inside_it() -> None:
+    link = _Link()
+    await link.open()
+    got: list[bytes] = []
+    link.protocol.attach(got.append)
+    # a binary fragment (mask of zeros) whose payload starts like a text frame's header
+    first = b"\x02\x82" + bytes(4) + b"\x81\x80"
+    last = b"\x80\x80" + bytes(4)  # the empty final continuation
+    after = text_frame(b'{"after":1}', masked=True)
+    link.protocol.data_received(first[:6])  # its header and mask, not its payload
+    assert got == []
+    link.protocol.data_received(first[6:] + last + after)
+    assert got == [b"\x81\x80", b'{"after":1}']
+    assert not link.transport.closing
 
 
 async def test_random_frames_in_random_chunks_arrive_as_sent() -> None:

@@ -4,12 +4,13 @@ Both ends of the Worker link (the server's uvicorn protocol and the Worker's asy
 connection) exchange mostly small, whole, uncompressed text messages. ``websockets`` parses
 each with a generator-based parser and builds each with a ``Frame`` object; doing both
 here saves about 3 % of the server's instructions per Step and 11 % of the Worker's
-(``bench/step_ir.py``). :class:`DirectFrames` parses those common
-frames in one pass over the received bytes and hands their payload on; every other frame
-(control frames, fragments, compressed, malformed or oversized frames) still goes to
-``websockets``, fed exactly at a frame boundary, so its state, its answers (pongs, the
-close handshake) and its errors stay what they were. :func:`text_frame` builds a whole
-text frame for sending while no extension is negotiated.
+(``bench/step_ir.py``). :class:`DirectFrames` parses those common frames in one pass over
+the received bytes and hands their payload on; every other frame (control frames,
+fragments, compressed, malformed or oversized frames) still goes to ``websockets``, fed
+one whole frame at a time while the connection is open, so its state, its answers (pongs,
+the close handshake) and its errors stay what they were, and its parser is never left
+inside a frame whose header it has read. :func:`text_frame` builds a whole text frame for
+sending while no extension is negotiated.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ _ABSENT = object()
 def sansio_ready(protocol: Protocol) -> bool:
     """Whether ``websockets``' parser is open, between messages and holds no bytes.
 
-    Only then may the next received bytes bypass it. A ``websockets`` version that keeps
+    Only then may the next received bytes bypass it. It cannot tell a parser between
+    frames from one that read a frame's header and waits for its payload: that is why
+    :class:`DirectFrames` feeds it whole frames only. A ``websockets`` version that keeps
     this state under other names is never bypassed.
     """
     if protocol.state is not OPEN:
@@ -79,7 +82,7 @@ class DirectFrames(asyncio.Protocol):
     """A mixin for a ``websockets``-based protocol: received data frames parsed directly.
 
     Put it before the protocol class in the bases; the class sets ``_MASKED`` (whether the
-    peer's frames are masked: True on a server) and implements the three hooks. Not
+    peer's frames are masked: True on a server) and implements the four hooks. Not
     thread-safe: everything runs on the connection's event loop.
     """
 
@@ -87,6 +90,10 @@ class DirectFrames(asyncio.Protocol):
     # the start of a frame not yet whole, and the bytes it needs
     _partial: bytearray | None = None
     _need = 0
+
+    def _direct_protocol(self) -> Protocol:
+        """The ``websockets`` protocol the other frames go to."""
+        raise NotImplementedError
 
     def _direct_ready(self) -> bool:
         """Whether received bytes may be parsed here now (see :func:`sansio_ready`)."""
@@ -106,7 +113,7 @@ class DirectFrames(asyncio.Protocol):
             if len(self._partial) < self._need:
                 return
             data, self._partial = bytes(self._partial), None
-        if not self._direct_ready():
+        if self._direct_protocol().state is not OPEN:  # the handshake, or the close's
             super().data_received(data)
             return
         pos, need = self._split(data)
@@ -124,25 +131,23 @@ class DirectFrames(asyncio.Protocol):
             start, stop = _bounds(data, pos, end, masked)
             if end < start:
                 return pos, start
-            head1 = data[pos]
-            if (head1 != 0x81 and head1 != 0x82) or stop < 0 or (limit and stop - start > limit):
-                # websockets' frame: a control frame alone, else all that is left
-                if head1 & 0x88 == 0x88 and 0 <= stop - start <= 125:
-                    if end < stop:
-                        return pos, stop
-                    super().data_received(data[pos:stop])
-                    pos = stop
-                    if self._direct_ready():
-                        continue
-                break
+            if stop < 0 or (limit and stop - start > limit):
+                break  # websockets fails the connection on this header
             if end < stop:
                 return pos, stop
-            payload = data[start:stop]
-            if masked:
-                payload = apply_mask(payload, data[start - 4 : start])
-            pos = stop
-            if not self._direct_message(payload):
-                break
+            head1 = data[pos]
+            if (head1 == 0x81 or head1 == 0x82) and self._direct_ready():
+                payload = data[start:stop]
+                if masked:
+                    payload = apply_mask(payload, data[start - 4 : start])
+                pos = stop
+                if not self._direct_message(payload):
+                    break
+            else:
+                super().data_received(data[pos:stop])
+                pos = stop
+                if self._direct_protocol().state is not OPEN:
+                    break
         if pos < end:
             super().data_received(data[pos:])
         return end, end

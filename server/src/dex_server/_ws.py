@@ -31,6 +31,7 @@ from dex._wsframes import (
 )
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Frame
+from websockets.protocol import Protocol
 
 DIRECT_FRAMES = "dex.direct_frames"
 """ASGI scope extension: the connection's :class:`DirectWebSocketProtocol`."""
@@ -82,6 +83,9 @@ class DirectWebSocketProtocol(DirectFrames, WebSocketsSansIOProtocol):
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
         self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
+
+    def _direct_protocol(self) -> Protocol:
+        return self.conn
 
     def _direct_ready(self) -> bool:
         return self._sink is not None and not self.close_sent and sansio_ready(self.conn)

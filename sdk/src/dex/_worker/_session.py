@@ -27,7 +27,7 @@ from msgspec import Raw
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
-from websockets.protocol import State
+from websockets.protocol import Protocol, State
 
 from dex._protocol import (
     MAX_RESUME_TASK_IDS,
@@ -114,6 +114,9 @@ class DirectConnection(DirectFrames, ClientConnection):
         else:
             self.protocol.send_text(data)
             self.send_data()
+
+    def _direct_protocol(self) -> Protocol:
+        return self.protocol
 
     def _direct_ready(self) -> bool:
         return self.sink is not None and sansio_ready(self.protocol)
