@@ -2,7 +2,7 @@
 
     uv run python bench/step_overhead.py [--steps 500] [--flows 100] [--flow-steps 20]
                                          [--no-fsync] [--database-url URL] [--servers N]
-                                         [--in-process]
+                                         [--in-process] [--unix]
 
 ``URL`` is ``sqlite:///PATH`` (default: a temporary file) or ``postgresql://...`` (used as
 is: create an empty database for it, e.g. ``createdb -h 127.0.0.1 -U postgres dex_bench``).
@@ -24,6 +24,10 @@ Each held-back Worker has task slots for its server's share of the Flows, so the
 they wait in splits between the servers; the ``concurrent:`` line gives each server's CPU
 time over them, which shows how evenly it split.
 
+``--unix`` gives each server a Unix socket (``--unix-socket``) and has its Workers connect
+there (``server_address="unix:///PATH"``) instead of over loopback TCP; the bench's own
+client stays on TCP. The last line says ``link=unix`` (else ``link=tcp``, or ``inproc``).
+
 ``--in-process`` runs the server and its Workers in one process instead: an application
 with ``dex_server.embedded.EmbeddedServer`` whose ``AsyncWorker`` s connect through the
 in-memory link (``inproc://``), no WebSocket between them; the bench's client still talks
@@ -41,7 +45,7 @@ reads, for every thread of the (first) server and its Worker, the CPU time
 
     step_overhead p50_ms=... p95_ms=... steps_per_s=... server_cpu_ms=... worker_cpu_ms=...
         server_cs=... worker_cs=... fsync=on store=sqlite|postgres servers=1
-        mode=separate|inproc
+        mode=separate|inproc link=tcp|unix|inproc
 """
 
 from __future__ import annotations
@@ -188,7 +192,7 @@ def database_args(url: str | None, workdir: Path) -> list[str]:
 
 
 def start_server(
-    db: list[str], workdir: Path, fsync: bool, name: str = "server"
+    db: list[str], workdir: Path, fsync: bool, name: str = "server", unix: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     address_file = workdir / f"{name}.address"
     cmd = [
@@ -203,6 +207,8 @@ def start_server(
     ]
     if not fsync:
         cmd.append("--no-fsync")
+    if unix is not None:
+        cmd += ["--unix-socket", str(unix)]
     log = open(workdir / f"{name}.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
@@ -350,6 +356,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     gate_slots = str(args.flows // args.servers + 8)
     if args.in_process and args.servers > 1:
         raise SystemExit("--in-process runs one embedded server: drop --servers")
+    if args.in_process and args.unix:
+        raise SystemExit("--in-process links its Workers in memory: drop --unix")
     try:
         if args.in_process:  # one process: server, chain Worker and gated Fanout Worker
             proc, address = start_embedded(db, workdir, not args.no_fsync, slots)
@@ -357,12 +365,16 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             addresses.append(address)
             gates.append(proc)
         for i in range(0 if args.in_process else args.servers):
-            proc, address = start_server(db, workdir, fsync=not args.no_fsync, name=f"server{i}")
+            unix = workdir / f"server{i}.sock" if args.unix else None
+            proc, address = start_server(
+                db, workdir, fsync=not args.no_fsync, name=f"server{i}", unix=unix
+            )
             servers.append(proc)
             addresses.append(address)
+            worker_address = address if unix is None else f"unix://{unix}"
             workers.append(
                 subprocess.Popen(
-                    [sys.executable, __file__, "--worker", address, "--slots", slots],
+                    [sys.executable, __file__, "--worker", worker_address, "--slots", slots],
                     start_new_session=True,
                 )
             )
@@ -372,7 +384,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
                         sys.executable,
                         __file__,
                         "--worker",
-                        address,
+                        worker_address,
                         "--slots",
                         gate_slots,
                         "--gated",
@@ -425,12 +437,13 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     )
     # the figures are only as good as the machine is quiet: other load skews them
     print(f"load average (1 min) at start / end: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
+    link = "inproc" if args.in_process else "unix" if args.unix else "tcp"
     print(
         f"step_overhead p50_ms={p50:.3f} p95_ms={p95:.3f} steps_per_s={steps_per_s:.0f} "
         f"server_cpu_ms={cpu_ms[0]:.3f} worker_cpu_ms={cpu_ms[1]:.3f} "
         f"server_cs={switches[0]:.2f} worker_cs={switches[1]:.2f} "
         f"fsync={fsync} store={store} servers={args.servers} "
-        f"mode={'inproc' if args.in_process else 'separate'}"
+        f"mode={'inproc' if args.in_process else 'separate'} link={link}"
     )
 
 
@@ -448,6 +461,11 @@ def main() -> None:
         "--in-process",
         action="store_true",
         help="server and Workers in one process (embedded server, in-process link)",
+    )
+    parser.add_argument(
+        "--unix",
+        action="store_true",
+        help="Workers connect over the server's Unix socket instead of TCP",
     )
     parser.add_argument("--worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)

@@ -38,6 +38,7 @@ STORE_INDEPENDENT_MODULES = frozenset(
         "test_store",
         "test_store_singletons",
         "test_store_step_reads",
+        "test_unix_socket",
         "test_stream_hub",
         "test_web_unit",
     }

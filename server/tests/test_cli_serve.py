@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,6 +128,46 @@ def test_server_on_sqlite_url(tmp_path: Path) -> None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0
+
+
+def test_server_also_listens_on_a_unix_socket(tmp_path: Path) -> None:
+    db = tmp_path / "prod" / "dex.sqlite3"
+    # a Unix socket's path is limited to 107 bytes; pytest's folders can be longer
+    short = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
+    sock = short / "dex.sock"
+    proc = spawn("server", "--database-url", f"sqlite:///{db}", "--port", "0",
+                 "--unix-socket", str(sock))  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert "listening on" in proc.stdout.readline()
+        line = proc.stdout.readline()
+        assert f"unix://{sock}" in line, line
+        answered = health(f"unix://{sock}")
+        assert answered.returncode == 0, answered.stderr
+        stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        assert not sock.exists()
+        shutil.rmtree(short, ignore_errors=True)
+    assert proc.returncode == 0
+
+
+def test_server_reports_a_unix_socket_path_it_must_not_take(tmp_path: Path) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep me")
+    proc = subprocess.run(
+        [*dexcli_cmd(), "server", "--database-url", f"sqlite:///{tmp_path / 'dex.sqlite3'}",
+         "--port", "0", "--unix-socket", str(taken)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "exists and is not a socket" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert taken.read_text() == "keep me"
 
 
 @pytest.mark.parametrize(

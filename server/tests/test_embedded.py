@@ -364,8 +364,8 @@ def test_the_listening_socket_is_tcp_so_asyncio_turns_nagle_off_on_its_connectio
     from dex_server.app import ServerConfig, build_app, uvicorn_server
 
     config = ServerConfig(database_path=tmp_path / "db.sqlite3", port=0)
-    _, sock = uvicorn_server(config, build_app(config), [])
+    _, listeners = uvicorn_server(config, build_app(config), [])
     try:
-        assert sock.proto == socket.IPPROTO_TCP
+        assert [sock.proto for sock in listeners.sockets] == [socket.IPPROTO_TCP]
     finally:
-        sock.close()
+        listeners.close()

@@ -48,13 +48,13 @@ async def test_a_finished_stop_reports_nothing(
 ) -> None:
     ready = asyncio.Event()
     config = ServerConfig(database_path=tmp_path / "unused.sqlite3", port=0)
-    server, sock = uvicorn_server(config, Starlette(), [ready])
+    server, listeners = uvicorn_server(config, Starlette(), [ready])
     server.report_slow_stop_after_s = 0.2
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    serving = asyncio.create_task(server.serve(sockets=listeners.sockets))
     await asyncio.wait_for(ready.wait(), 20)
     server.should_exit = True
     await asyncio.wait_for(serving, 20)
-    sock.close()
+    listeners.close()
     server.stopped()
     assert server._slow_stop is not None and server._slow_stop.cancelled()
     quiet_until = asyncio.get_running_loop().time() + 0.5  # past the report's time

@@ -19,6 +19,7 @@ __all__ = [
     "DefaultServerAddress",
     "env_credential",
     "env_server_address",
+    "unix_socket_path",
 ]
 
 SERVER_ADDRESS_ENV = "DEX_SERVER_ADDRESS"
@@ -32,15 +33,46 @@ class DefaultServerAddress(str):
 
 
 DEFAULT_SERVER_ADDRESS = DefaultServerAddress("localhost:8801")
+UNIX_PREFIX = "unix:"
 
 
 def env_server_address(given: str) -> str:
-    """``given``, or env ``DEX_SERVER_ADDRESS`` when ``given`` is the unset default."""
+    """``given``, or env ``DEX_SERVER_ADDRESS`` when ``given`` is the unset default.
+
+    Raises:
+        ValueError: the address is ``unix:`` without a socket path.
+    """
+    address = given
     if isinstance(given, DefaultServerAddress):
         configured = os.environ.get(SERVER_ADDRESS_ENV, "").strip()
         if configured:
-            return configured
-    return given
+            address = configured
+    unix_socket_path(address)
+    return address
+
+
+def unix_socket_path(address: str) -> str | None:
+    """The socket path of a ``unix:PATH`` or ``unix://PATH`` address; None for any other.
+
+    ``unix:///run/dex/dex.sock`` and ``unix:/run/dex/dex.sock`` name the same socket;
+    ``unix:dex.sock`` is relative to the working directory.
+
+    Raises:
+        ValueError: the address names no path.
+    """
+    address = address.strip()
+    if not address.startswith(UNIX_PREFIX):
+        return None
+    path = address[len(UNIX_PREFIX) :]
+    if path.startswith("//"):
+        path = path[2:]
+    if not path:
+        msg = (
+            f"server address {address!r} names no socket: write unix:///PATH, e.g."
+            " unix:///run/dex/dex.sock"
+        )
+        raise ValueError(msg)
+    return path
 
 
 def env_credential(given: CredentialLike) -> CredentialLike:

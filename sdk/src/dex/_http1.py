@@ -275,9 +275,11 @@ class Http1Pool:
         *,
         max_connections: int,
         max_idle: int,
+        unix: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        self.unix = unix  # a Unix socket's path: connect there, not to host:port
         self.prefix = prefix
         self._max = max_connections
         self._max_idle = max_idle
@@ -385,9 +387,13 @@ class Http1Pool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(limit):
-                _, conn = await loop.create_connection(_Connection, self.host, self.port)
+                if self.unix is not None:
+                    _, conn = await loop.create_unix_connection(_Connection, self.unix)
+                else:
+                    _, conn = await loop.create_connection(_Connection, self.host, self.port)
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {self.host}:{self.port} timed out") from None
+            where = self.unix or f"{self.host}:{self.port}"
+            raise httpx.ConnectTimeout(f"connecting to {where} timed out") from None
         except OSError as exc:
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
         return conn

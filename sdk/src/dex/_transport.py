@@ -17,6 +17,7 @@ import httpx
 import msgspec
 
 from dex._credential import CredentialLike, bearer_auth, resolve_token
+from dex._env import unix_socket_path
 from dex._protocol import HTTP_STATUS, ApiError, ErrorCode, encoder
 from dex.errors import DexError, DexServiceError, FeatureNotAvailableError, error_from_code
 
@@ -65,8 +66,17 @@ def operation_of(method: str, path: str) -> str:
     return f"{method} {path}"
 
 
+# the Host of requests over a Unix socket (the server serves one application on it)
+_UNIX_HOST = "localhost"
+
+
 def http_base_url(address: str) -> str:
-    """``"localhost:8801"`` → ``"http://localhost:8801"``; URLs with a scheme stay as given."""
+    """``"localhost:8801"`` → ``"http://localhost:8801"``; URLs with a scheme stay as given.
+
+    A ``unix:`` address gives ``http://localhost``: its requests go to the socket.
+    """
+    if unix_socket_path(address) is not None:
+        return f"http://{_UNIX_HOST}"
     address = address.strip().rstrip("/")
     if "://" in address:
         return address
@@ -212,11 +222,14 @@ class HttpTransport:
         if _inproc.is_inproc(address):  # an embedded server of this process: its HTTP API
             address = _inproc.endpoint(address).http_address
         self.base_url = http_base_url(address)
+        self._unix = unix_socket_path(address)
         self.timeout = timeout
         # The credential is resolved per request (tokens may rotate), also on a given client.
         self._auth = bearer_auth(credential)
         self._http = http or httpx.AsyncClient(
-            base_url=self.base_url, timeout=httpx.Timeout(timeout)
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout),
+            transport=self._unix_transport(),
         )
         if self._auth is not None:
             self._http.auth = self._auth
@@ -237,8 +250,18 @@ class HttpTransport:
                 timeout=httpx.Timeout(self.timeout),
                 limits=_LONG_POLL_LIMITS,
                 auth=self._auth,
+                transport=self._unix_transport(_LONG_POLL_LIMITS),
             )
         return self._polls
+
+    def _unix_transport(
+        self, limits: httpx.Limits | None = None
+    ) -> httpx.AsyncHTTPTransport | None:
+        if self._unix is None:
+            return None
+        if limits is None:
+            return httpx.AsyncHTTPTransport(uds=self._unix)
+        return httpx.AsyncHTTPTransport(uds=self._unix, limits=limits)
 
     async def call(
         self,
@@ -356,12 +379,14 @@ class HttpTransport:
             if target is None:  # https, or a proxy: httpx serves every request
                 self._lean_wanted = False
                 return None
+            unix = self._unix
             self._lean = (
-                Http1Pool(*target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE),
+                Http1Pool(*target, max_connections=_MAX_CONNECTIONS, max_idle=_MAX_IDLE, unix=unix),
                 Http1Pool(
                     *target,
                     max_connections=_LONG_POLL_CONNECTIONS,
                     max_idle=_LONG_POLL_CONNECTIONS,
+                    unix=unix,
                 ),
             )
         return self._lean[1 if long_poll else 0]

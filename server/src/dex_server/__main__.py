@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from dex_server.app import ServerConfig, run_server
+from dex_server.app import ServerConfig, UnixSocketError, run_server
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8801)
     p.add_argument("--address-file", type=Path, default=None)
+    p.add_argument(
+        "--unix-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also listen on this Unix socket (Workers on this machine: unix:///PATH)",
+    )
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--token", default=None)
     auth.add_argument("--token-file", type=Path, default=None)
@@ -103,6 +110,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         host=a.host,
         port=a.port,
         address_file=a.address_file,
+        unix_socket=a.unix_socket,
         token=token,
         retention_s=a.retention_s,
         retention_sweep_interval_s=a.retention_sweep_interval_s,
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     _shift_clock()
     try:
         run_server(config_from_args(argv))
-    except (DataFolderInUseError, StoreUnavailableError, SchemaBehindError) as exc:
+    except (DataFolderInUseError, StoreUnavailableError, SchemaBehindError, UnixSocketError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

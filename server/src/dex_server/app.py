@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import socket
+import stat
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,9 +26,18 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
-__all__ = ["ServerConfig", "build_app", "run_server", "serve"]
+__all__ = ["ServerConfig", "UnixSocketError", "build_app", "run_server", "serve"]
 
 _MIB = 1024 * 1024
+# a Unix socket's path, without its terminating NUL: sockaddr_un holds 108 bytes on Linux
+# and 104 on macOS and the BSDs
+MAX_UNIX_SOCKET_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
+
+
+class UnixSocketError(OSError):
+    """The server cannot listen on ``ServerConfig.unix_socket`` (the message says why)."""
+
+
 # a graceful stop normally takes well under a second; past this, say where it waits
 STOP_REPORT_AFTER_S = 10.0
 
@@ -53,6 +63,13 @@ class ServerConfig:
         port: TCP port; ``0`` picks a free port (see ``address_file``).
         address_file: when set, ``"host:port"`` is written there (atomically) once the
             server listens. Tests and ``dexcli dev`` read it to find a picked port.
+        unix_socket: when set, the server also listens on this Unix socket, with the same
+            routes and auth as on TCP, for Workers and clients on this machine
+            (``server_address="unix:///PATH"``): a message costs the kernel about half of
+            what it costs over loopback TCP. A socket file left by a server that did not
+            stop is replaced; the server removes its own when it stops. Raises
+            :class:`UnixSocketError` at start when another process listens there, the
+            path is another kind of file, or it is longer than a Unix socket's limit.
         token: bearer token every route but ``/v1/health`` requires; ``None`` disables auth.
         retention_s: how long closed Flows stay readable before the sweep deletes them.
         blob_threshold_bytes: values larger than this are stored once by sha256 and sent to
@@ -116,6 +133,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8801
     address_file: Path | None = None
+    unix_socket: Path | None = None
     token: str | None = None
     retention_s: float = 86400.0
     blob_threshold_bytes: int = 2048
@@ -243,6 +261,9 @@ class _Server(uvicorn.Server):
         self._on_ready = on_ready
         self._address_file = address_file
         self.address = ""
+        # closed at the end of shutdown: uvicorn re-raises SIGTERM right after it, so code
+        # after ``serve()`` in this process may never run
+        self.listeners: Listeners | None = None
         # set by a server that owns its process (``serve``): report a stop that hangs
         self.report_slow_stop_after_s: float | None = None
         self._slow_stop: asyncio.TimerHandle | None = None
@@ -270,6 +291,8 @@ class _Server(uvicorn.Server):
 
             slots_of(runtime).close_all()
         await super().shutdown(sockets)
+        if self.listeners is not None:
+            self.listeners.close()
 
     def stopped(self) -> None:
         """The stop is over: no report of a slow one."""
@@ -326,12 +349,12 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     logging.basicConfig(level=config.log_level.upper())
     app = build_app(config)
     async with prepared_store(config, app):
-        server, sock = uvicorn_server(config, app, [ready] if ready is not None else [])
+        server, listeners = uvicorn_server(config, app, [ready] if ready is not None else [])
         server.report_slow_stop_after_s = STOP_REPORT_AFTER_S
         try:
-            await server.serve(sockets=[sock])
+            await server.serve(sockets=listeners.sockets)
         finally:
-            sock.close()
+            listeners.close()
             server.stopped()
 
 
@@ -364,11 +387,15 @@ def uvicorn_server(
     app: Starlette,
     on_ready: list[asyncio.Event],
     server_class: type[_Server] | None = None,
-) -> tuple[_Server, socket.socket]:
-    """The uvicorn server of ``app`` and its bound socket (pass it to ``serve(sockets=)``).
+) -> tuple[_Server, Listeners]:
+    """The uvicorn server of ``app`` and the sockets it is to listen on.
+
+    Pass ``listeners.sockets`` to ``serve(sockets=)`` and call ``listeners.close()`` after
+    it; the second socket, when there is one, is ``config.unix_socket``'s.
 
     ``on_ready`` are set once it listens; ``server_class`` may be a subclass of the
-    readiness-reporting server. Raises ``OSError`` when the address cannot be bound.
+    readiness-reporting server. Raises ``OSError`` when the address cannot be bound
+    (:class:`UnixSocketError` for the Unix socket).
     """
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets of that protocol, and an
     # answer written in two sends would otherwise wait for the client's delayed ACK (~40 ms)
@@ -381,6 +408,14 @@ def uvicorn_server(
         sock.close()
         raise
     sock.set_inheritable(True)
+    listeners = Listeners([sock])
+    if config.unix_socket is not None:
+        try:
+            unix = bind_unix_socket(config.unix_socket)
+        except OSError:
+            sock.close()
+            raise
+        listeners = Listeners([sock, unix], config.unix_socket)
     from dex_server._http import HttpLimits, default_max_connections, limited_protocol
     from dex_server._ws import DirectWebSocketProtocol
 
@@ -406,7 +441,78 @@ def uvicorn_server(
         timeout_graceful_shutdown=5,
     )
     server = (server_class or _Server)(uv_config, on_ready, config.address_file)
-    return server, sock
+    server.listeners = listeners
+    return server, listeners
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path``, replacing one that nobody listens on any more.
+
+    Raises:
+        UnixSocketError: the path is too long, is a file of another kind, another process
+            listens there, or binding fails (its reason).
+    """
+    size = len(os.fsencode(path))
+    if size > MAX_UNIX_SOCKET_PATH_BYTES:
+        msg = (
+            f"unix_socket {str(path)!r} is {size} bytes long, over the limit"
+            f" MAX_UNIX_SOCKET_PATH_BYTES={MAX_UNIX_SOCKET_PATH_BYTES} of a Unix socket's"
+            " path; choose a shorter path"
+        )
+        raise UnixSocketError(msg)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(mode):
+            raise UnixSocketError(f"unix_socket {str(path)!r} exists and is not a socket")
+        if _someone_listens(path):
+            raise UnixSocketError(f"unix_socket {str(path)!r}: another process listens there")
+        with contextlib.suppress(FileNotFoundError):  # left by a server that did not stop
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        msg = f"unix_socket {str(path)!r}: cannot listen there: {exc.strerror or exc}"
+        raise UnixSocketError(msg) from None
+    return sock
+
+
+def _someone_listens(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:  # no permission, a full backlog: somebody's, not ours to replace
+        return True
+    else:
+        return True
+    finally:
+        probe.close()
+
+
+class Listeners:
+    """The sockets :func:`uvicorn_server` bound: TCP first, then the Unix socket if any."""
+
+    def __init__(self, sockets: list[socket.socket], unix: Path | None = None) -> None:
+        self.sockets = sockets
+        self._unix = unix
+        # the socket file this server made, told apart from one made after it stopped
+        self._unix_inode = os.lstat(unix).st_ino if unix is not None else None
+
+    def close(self) -> None:
+        """Close the sockets (uvicorn may have closed them already) and remove the file."""
+        for sock in self.sockets:
+            sock.close()
+        if self._unix is not None:
+            with contextlib.suppress(OSError):
+                if os.lstat(self._unix).st_ino == self._unix_inode:
+                    os.unlink(self._unix)
 
 
 def run_server(config: ServerConfig) -> None:

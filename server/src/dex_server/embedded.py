@@ -32,7 +32,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from dex_server.api._routes import bearer_token_matches
 from dex_server.api._worker import worker_endpoint
-from dex_server.app import ServerConfig, _Server, build_app, prepared_store, uvicorn_server
+from dex_server.app import (
+    ServerConfig,
+    _Server,
+    build_app,
+    prepared_store,
+    uvicorn_server,
+)
 
 __all__ = ["EmbeddedServer"]
 
@@ -183,11 +189,11 @@ class EmbeddedServer:
             self._handle = worker_endpoint(app.state.runtime)
             await stack.enter_async_context(prepared_store(self.config, app))
             ready = asyncio.Event()
-            server, sock = uvicorn_server(self.config, app, [ready], _EmbeddedUvicorn)
-            stack.callback(sock.close)
+            server, listeners = uvicorn_server(self.config, app, [ready], _EmbeddedUvicorn)
+            stack.callback(listeners.close)
             self._server = server
             self._serving = serving = asyncio.create_task(
-                server.serve(sockets=[sock]), name="dex-embedded-server"
+                server.serve(sockets=listeners.sockets), name="dex-embedded-server"
             )
             waiter = asyncio.create_task(ready.wait())
             await asyncio.wait({serving, waiter}, return_when=asyncio.FIRST_COMPLETED)

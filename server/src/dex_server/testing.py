@@ -103,6 +103,7 @@ def fresh_database() -> Iterator[str | None]:
 
 _FLAGS = {
     "host": "--host",
+    "unix_socket": "--unix-socket",
     "token": "--token",
     "retention_s": "--retention-s",
     "retention_sweep_interval_s": "--retention-sweep-interval-s",

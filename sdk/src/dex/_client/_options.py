@@ -104,10 +104,12 @@ class ClientOptions:
     """How a Client reaches the server.
 
     Attributes:
-        server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server, or
-            ``inproc://<name>`` for an embedded server of this process (the Client then
-            uses its HTTP address); default: env ``DEX_SERVER_ADDRESS`` when set, else
-            ``"localhost:8801"``.
+        server_address: ``host:port`` (or an ``http(s)://`` URL) of the Dex server,
+            ``unix:///PATH`` for a server on this machine listening on that Unix socket
+            (its ``--unix-socket``), or ``inproc://<name>`` for an embedded server of this
+            process (the Client then uses its HTTP address); default: env
+            ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``. A ``unix:`` address
+            without a path raises ``ValueError``.
         worker_target: where Flows started by this Client send their tasks. None (the
             default) and a pull target are what this release runs; a listening target
             makes the Client raise ``FeatureNotAvailableError``.

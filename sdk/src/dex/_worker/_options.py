@@ -179,10 +179,12 @@ class WorkerOptions:
         worker_target: how the server reaches the Worker; None or
             ``WorkerTarget(pull=True)``. A listening target raises
             ``FeatureNotAvailableError`` when the Worker is built.
-        server_address: ``host:port`` (or ``http(s)://`` URL) of the Dex server, or
-            ``inproc://<name>`` for an embedded server in this process
-            (``EmbeddedServer.worker_address``); default: env ``DEX_SERVER_ADDRESS`` when
-            set, else ``"localhost:8801"``.
+        server_address: ``host:port`` (or ``http(s)://`` URL) of the Dex server,
+            ``unix:///PATH`` for a server on this machine listening on that Unix socket
+            (its ``--unix-socket``; cheaper per message than TCP), or ``inproc://<name>``
+            for an embedded server in this process (``EmbeddedServer.worker_address``);
+            default: env ``DEX_SERVER_ADDRESS`` when set, else ``"localhost:8801"``. A
+            ``unix:`` address without a path raises ``ValueError``.
         attribute_index_sync_timeout: how long a Worker may take to sync Attribute indexes
             at start (default 2 min, a ``timedelta`` or seconds). This server keeps no
             separate indexes to sync, so the value is only validated.

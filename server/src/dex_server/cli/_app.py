@@ -218,6 +218,13 @@ def server(
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
+    unix_socket: Annotated[
+        Path | None,
+        typer.Option(
+            "--unix-socket",
+            help="Also listen on this Unix socket (Workers on this machine: unix:///PATH).",
+        ),
+    ] = None,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
@@ -244,6 +251,7 @@ def server(
                 max_sse_connections=max_sse_connections,
             ),
             web=not no_web,
+            unix_socket=unix_socket,
         )
     )
     _serve.run(config, banner=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dex_server.app import ServerConfig, serve
+from dex_server.app import ServerConfig, UnixSocketError, serve
 from dex_server.cli._durations import human_duration, is_loopback, parse_duration
 from dex_server.cli._output import EXIT_REQUEST_FAILED, CliError, usage_error
 from dex_server.store import (
@@ -69,6 +69,7 @@ class ServerArgs:
     server_lease_s: float = 15.0
     http: HttpArgs = HttpArgs()
     web: bool = True
+    unix_socket: Path | None = None
 
 
 def dev_config(args: DevArgs) -> ServerConfig:
@@ -114,6 +115,7 @@ def server_config(args: ServerArgs) -> ServerConfig:
         retention_s=parse_duration(args.retention, option="--retention"),
         **dataclasses.asdict(args.http),
         web=args.web,
+        unix_socket=args.unix_socket.resolve() if args.unix_socket else None,
     )
 
 
@@ -195,7 +197,12 @@ async def _serve(config: ServerConfig, *, banner: bool, token_file: Path | None)
         waiter.cancel()
         try:
             await server  # startup failed: raise its error
-        except (StoreUnavailableError, SchemaBehindError, DataFolderInUseError) as exc:
+        except (
+            StoreUnavailableError,
+            SchemaBehindError,
+            DataFolderInUseError,
+            UnixSocketError,
+        ) as exc:
             raise CliError(str(exc), code="UNAVAILABLE", exit_code=EXIT_REQUEST_FAILED) from exc
         except OSError as exc:  # typically the port is taken
             raise CliError(
@@ -209,6 +216,8 @@ async def _serve(config: ServerConfig, *, banner: bool, token_file: Path | None)
         _banner(config, address, token_file)
     else:
         _info(f"dex server listening on {address} (store: {_store_label(config)})")
+        if config.unix_socket is not None:
+            _info(f"and on the Unix socket {config.unix_socket} (unix://{config.unix_socket})")
         if config.web:
             _info(f"Dex Web: http://{address}/ui")
         if config.token is None and not is_loopback(config.host):
