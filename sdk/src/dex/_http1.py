@@ -264,7 +264,8 @@ class Http1Pool:
     opens a new one, writes the request and waits for the whole answer; its ``timeout``
     bounds each of those phases, like ``httpx.Timeout(timeout)``. A request cancelled or
     timed out mid-way closes its connection; at most ``max_idle`` idle connections stay
-    open.
+    open. With ``unix`` (a Unix socket's path) the connections go there instead of to
+    ``host:port``, which then only names the ``Host`` header.
     """
 
     def __init__(
@@ -279,7 +280,7 @@ class Http1Pool:
     ) -> None:
         self.host = host
         self.port = port
-        self.unix = unix  # a Unix socket's path: connect there, not to host:port
+        self.unix = unix
         self.prefix = prefix
         self._max = max_connections
         self._max_idle = max_idle
