@@ -149,9 +149,32 @@ def test_server_also_listens_on_a_unix_socket(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        assert not sock.exists()
+        socket_left = sock.exists()
         shutil.rmtree(short, ignore_errors=True)
     assert proc.returncode == 0
+    assert not socket_left
+
+
+def test_dev_also_listens_on_a_unix_socket_and_says_so(tmp_path: Path) -> None:
+    address_file = tmp_path / "addr"
+    short = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
+    sock = short / "dev.sock"
+    proc = spawn("dev", "--data-dir", str(tmp_path / "data"), "--port", "0",
+                 "--address-file", str(address_file), "--unix-socket", str(sock))  # fmt: skip
+    try:
+        wait_for_file(address_file, proc)
+        answered = health(f"unix://{sock}")
+        assert answered.returncode == 0, answered.stderr
+        out, err = stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        socket_left = sock.exists()
+        shutil.rmtree(short, ignore_errors=True)
+    assert proc.returncode == 0, err
+    assert f"(or, on this machine: unix://{sock})" in out
+    assert not socket_left
 
 
 def test_server_reports_a_unix_socket_path_it_must_not_take(tmp_path: Path) -> None:

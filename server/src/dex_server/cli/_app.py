@@ -101,6 +101,13 @@ def dev(
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
+    unix_socket: Annotated[
+        Path | None,
+        typer.Option(
+            "--unix-socket",
+            help="Also listen on this Unix socket (Workers on this machine: unix:///PATH).",
+        ),
+    ] = None,
 ) -> None:
     """Start a development server on SQLite in DATA_DIR (or PostgreSQL), on loopback only."""
     from dex_server.cli import _serve
@@ -116,6 +123,7 @@ def dev(
             token_file=token_file,
             database_url=database_url,
             web=not no_web,
+            unix_socket=unix_socket,
         )
     )
     _serve.run(config, banner=True, token_file=token_file)

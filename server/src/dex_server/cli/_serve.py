@@ -40,6 +40,7 @@ class DevArgs:
     token_file: Path | None
     database_url: str | None = None
     web: bool = True
+    unix_socket: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +96,7 @@ def dev_config(args: DevArgs) -> ServerConfig:
         token=_read_token(args.token_file, env=None),
         retention_s=parse_duration(args.retention, option="--retention"),
         web=args.web,
+        unix_socket=args.unix_socket.resolve() if args.unix_socket else None,
     )
 
 
@@ -256,6 +258,11 @@ def _banner(config: ServerConfig, address: str, token_file: Path | None) -> None
         f'  dex.WorkerOptions(server_address="{address}")',
         f'  dex.ClientOptions(server_address="{address}")',
         f"  dexcli --server {address} flow list",
+        *(
+            [f"  (or, on this machine: unix://{config.unix_socket})"]
+            if config.unix_socket is not None
+            else []
+        ),
         "",
         *(_token_lines(token_file) if config.token else []),
         *([f"Dex Web (the browser UI): http://{address}/ui", ""] if config.web else []),
