@@ -450,8 +450,10 @@ def bind_unix_socket(path: Path) -> socket.socket:
 
     Raises:
         UnixSocketError: the path is too long, is a file of another kind, another process
-            listens there, or binding fails (its reason).
+            listens there, the platform has no Unix sockets, or binding fails (its reason).
     """
+    if not hasattr(socket, "AF_UNIX"):
+        raise UnixSocketError(f"unix_socket {str(path)!r}: this platform has no Unix sockets")
     size = len(os.fsencode(path))
     if size > MAX_UNIX_SOCKET_PATH_BYTES:
         msg = (
