@@ -2,7 +2,7 @@
 
     uv run python bench/agent_turn.py [--sessions 15] [--turns 15] [--prior 1000]
                                        [--breakdown] [--no-fsync] [--in-process]
-                                       [--follow] [--interleave]
+                                       [--follow] [--interleave] [--unix]
 
 One turn = one model call that asks for three tools, three parallel tool Steps, and a
 second model call that answers. Model and tools are instant (a scripted model), so the
@@ -56,10 +56,14 @@ session first and then alternates a fresh session's first turn with a turn of th
 one, so both medians come from the same stretch of time and the same store (its file
 already holding the long session's history).
 
+``--unix`` has the Worker connect over the server's Unix socket (``dexcli dev
+--unix-socket``, ``AgentTestStack(unix_socket=True)``) instead of TCP; the bench's client
+stays on TCP.
+
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
 server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite
-mode=separate|inproc follow=on|off order=sequential|interleaved`` (CPU per turn of fresh
-sessions).
+mode=separate|inproc follow=on|off order=sequential|interleaved link=tcp|unix|inproc``
+(CPU per turn of fresh sessions).
 """
 
 from __future__ import annotations
@@ -454,8 +458,10 @@ async def bench(args: argparse.Namespace) -> str:
     if args.in_process:
         stack = EmbeddedStack(workdir, flow)
     else:
+        # only given when asked for: a build whose stack lacks the option still runs
+        unix = {"unix_socket": True} if args.unix else {}
         stack = AgentTestStack(
-            workdir, [flow], "agent_turn", worker_cwd=HERE, worker_env={ROLE_ENV: "worker"}
+            workdir, [flow], "agent_turn", worker_cwd=HERE, worker_env={ROLE_ENV: "worker"}, **unix
         )
     async with stack:
         if isinstance(stack, EmbeddedStack):
@@ -521,7 +527,8 @@ async def bench(args: argparse.Namespace) -> str:
         f"fsync={'off' if args.no_fsync else 'on'} store=sqlite "
         f"mode={'inproc' if args.in_process else 'separate'} "
         f"follow={'on' if args.follow else 'off'} "
-        f"order={'interleaved' if args.interleave else 'sequential'}"
+        f"order={'interleaved' if args.interleave else 'sequential'} "
+        f"link={'inproc' if args.in_process else 'unix' if args.unix else 'tcp'}"
     )
 
 
@@ -564,9 +571,16 @@ def main() -> None:
         action="store_true",
         help="follow the AgentEvents Stream during measured turns, as a UI does",
     )
+    parser.add_argument(
+        "--unix",
+        action="store_true",
+        help="the Worker connects over the server's Unix socket instead of TCP",
+    )
     args = parser.parse_args()
     if args.in_process and importlib.util.find_spec("dex_server.embedded") is None:
         raise SystemExit("--in-process needs dex_server.embedded, which this build lacks")
+    if args.in_process and args.unix:
+        raise SystemExit("--in-process links its Worker in memory: drop --unix")
     if args.no_fsync:
         os.environ["DEX_SERVER_FSYNC"] = "0"  # the server child inherits it
     line = asyncio.run(bench(args))

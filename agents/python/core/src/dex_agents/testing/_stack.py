@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -89,6 +91,11 @@ class AgentTestStack:
         worker_cwd: the Workers' working directory (default: the current one); it is
             also put first on their ``PYTHONPATH`` so ``worker_module`` resolves.
         worker_env: extra environment for every Worker child.
+        unix_socket: the server also listens on a Unix socket (``dexcli dev --unix-socket``,
+            in a short private folder under the system's temporary one) and the Workers
+            connect there (``DEX_SERVER_ADDRESS=unix:///PATH``) instead of over TCP, as
+            Workers beside their server would; the Client and :attr:`server_address` stay
+            on TCP. Default ``False``.
 
     Concurrency: one stack per test; methods are called from the test's event loop.
 
@@ -102,8 +109,12 @@ class AgentTestStack:
         *,
         worker_cwd: str | os.PathLike[str] | None = None,
         worker_env: Mapping[str, str] | None = None,
+        unix_socket: bool = False,
     ) -> None:
         self.tmp_path = Path(tmp_path)
+        self.unix_socket = unix_socket
+        # a Unix socket's path is limited to about 100 bytes; tmp_path may be longer
+        self._socket_dir: Path | None = None
         self.flows = list(flows)
         self.worker_module = worker_module
         self.worker_cwd = Path(worker_cwd) if worker_cwd is not None else None
@@ -148,6 +159,9 @@ class AgentTestStack:
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop(timeout=10.0)
+        if self._socket_dir is not None:
+            socket_dir, self._socket_dir = self._socket_dir, None
+            shutil.rmtree(socket_dir, ignore_errors=True)
         if self._database_url is not None:
             from dex_server.testing import drop_test_database
 
@@ -184,6 +198,9 @@ class AgentTestStack:
 
             self._database_url = await asyncio.to_thread(create_test_database)
             database = ["--database-url", self._database_url]
+        if self.unix_socket and self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="dex-stack-"))
+        unix = ["--unix-socket", str(self._socket_path())] if self._socket_dir else []
         self._server = ChildProcess(
             [
                 str(find_dexcli()),
@@ -197,6 +214,7 @@ class AgentTestStack:
                 "--data-dir",
                 str(self.data_dir),
                 *database,
+                *unix,
             ],
             log_path=self.tmp_path / "dex-server.log",
         )
@@ -218,6 +236,10 @@ class AgentTestStack:
                     f"{self._server.log_tail()}"
                 )
             await asyncio.sleep(0.02)
+
+    def _socket_path(self) -> Path:
+        assert self._socket_dir is not None
+        return self._socket_dir / "dex.sock"
 
     # ------------------------------------------------------------------ public API
 
@@ -250,7 +272,8 @@ class AgentTestStack:
     ) -> WorkerHandle:
         """Start one more Worker child and wait until it has registered its Flows.
 
-        The child gets env ``DEX_SERVER_ADDRESS``, the stack's ``worker_env`` and ``env``.
+        The child gets env ``DEX_SERVER_ADDRESS`` (the socket's ``unix://`` address with
+        ``unix_socket=True``), the stack's ``worker_env`` and ``env``.
 
         Args:
             env: extra environment for this Worker only.
@@ -267,7 +290,10 @@ class AgentTestStack:
         ready_file = self.tmp_path / f"worker-{number}.ready"
         ready_file.unlink(missing_ok=True)
         child_env = {**os.environ, **self.worker_env, **(env or {})}
-        child_env[SERVER_ADDRESS_ENV] = self.server_address
+        address = self.server_address  # raises when the stack is not started
+        child_env[SERVER_ADDRESS_ENV] = (
+            f"unix://{self._socket_path()}" if self._socket_dir is not None else address
+        )
         child_env[READY_FILE_ENV] = str(ready_file)
         if self.worker_cwd is not None:
             paths = [str(self.worker_cwd), child_env.get("PYTHONPATH", "")]
