@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -130,51 +131,53 @@ def test_server_on_sqlite_url(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
-def test_server_also_listens_on_a_unix_socket(tmp_path: Path) -> None:
-    db = tmp_path / "prod" / "dex.sqlite3"
+@pytest.fixture
+def short_socket() -> Iterator[Path]:
     # a Unix socket's path is limited to 107 bytes; pytest's folders can be longer
-    short = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
-    sock = short / "dex.sock"
+    folder = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
+    yield folder / "dex.sock"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def test_server_also_listens_on_a_unix_socket(tmp_path: Path, short_socket: Path) -> None:
+    db = tmp_path / "prod" / "dex.sqlite3"
     proc = spawn("server", "--database-url", f"sqlite:///{db}", "--port", "0",
-                 "--unix-socket", str(sock))  # fmt: skip
+                 "--unix-socket", str(short_socket))  # fmt: skip
     try:
         assert proc.stdout is not None
         assert "listening on" in proc.stdout.readline()
         line = proc.stdout.readline()
-        assert f"unix://{sock}" in line, line
-        answered = health(f"unix://{sock}")
+        assert f"unix://{short_socket}" in line, line
+        answered = health(f"unix://{short_socket}")
         assert answered.returncode == 0, answered.stderr
         stop(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        socket_left = sock.exists()
-        shutil.rmtree(short, ignore_errors=True)
+        reap(proc)
     assert proc.returncode == 0
-    assert not socket_left
+    assert not short_socket.exists()
 
 
-def test_dev_also_listens_on_a_unix_socket_and_says_so(tmp_path: Path) -> None:
+def test_dev_also_listens_on_a_unix_socket_and_says_so(tmp_path: Path, short_socket: Path) -> None:
     address_file = tmp_path / "addr"
-    short = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
-    sock = short / "dev.sock"
     proc = spawn("dev", "--data-dir", str(tmp_path / "data"), "--port", "0",
-                 "--address-file", str(address_file), "--unix-socket", str(sock))  # fmt: skip
+                 "--address-file", str(address_file),
+                 "--unix-socket", str(short_socket))  # fmt: skip
     try:
         wait_for_file(address_file, proc)
-        answered = health(f"unix://{sock}")
+        answered = health(f"unix://{short_socket}")
         assert answered.returncode == 0, answered.stderr
         out, err = stop(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        socket_left = sock.exists()
-        shutil.rmtree(short, ignore_errors=True)
+        reap(proc)
     assert proc.returncode == 0, err
-    assert f"(or, on this machine: unix://{sock})" in out
-    assert not socket_left
+    assert f"(or, on this machine: unix://{short_socket})" in out
+    assert not short_socket.exists()
 
 
 def test_server_reports_a_unix_socket_path_it_must_not_take(tmp_path: Path) -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect, ToolPolicy
 from dex_agents.testing import AgentTestStack
 
 from tests.agent_helpers import wait_idle
-from tests.my_agent import MyFrameworkRunner, build_agent
+from tests.my_agent import build_flow
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -21,13 +20,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 async def test_workers_on_the_unix_socket_run_turns_across_a_server_restart(
     tmp_path: Path,
 ) -> None:
-    flow = AgentSessionFlow(
-        MyFrameworkRunner(build_agent()),
-        flow_type="TriageAgent",
-        options=AgentSessionOptions(
-            tool_policies={"search_tickets": ToolPolicy(ToolEffect.READ)},
-        ),
-    )
+    flow = build_flow()
     async with AgentTestStack(
         tmp_path,
         [flow],

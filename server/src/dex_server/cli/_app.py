@@ -73,6 +73,14 @@ def _global(
 
 # --------------------------------------------------------------------------- servers
 
+_UnixSocketOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--unix-socket",
+        help="Also listen on this Unix socket (Workers on this machine: unix:///PATH).",
+    ),
+]
+
 
 @app.command()
 def dev(
@@ -101,13 +109,7 @@ def dev(
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
-    unix_socket: Annotated[
-        Path | None,
-        typer.Option(
-            "--unix-socket",
-            help="Also listen on this Unix socket (Workers on this machine: unix:///PATH).",
-        ),
-    ] = None,
+    unix_socket: _UnixSocketOption = None,
 ) -> None:
     """Start a development server on SQLite in DATA_DIR (or PostgreSQL), on loopback only."""
     from dex_server.cli import _serve
@@ -226,13 +228,7 @@ def server(
     no_web: Annotated[
         bool, typer.Option("--no-web", help="Do not serve Dex Web (the browser UI at /ui).")
     ] = False,
-    unix_socket: Annotated[
-        Path | None,
-        typer.Option(
-            "--unix-socket",
-            help="Also listen on this Unix socket (Workers on this machine: unix:///PATH).",
-        ),
-    ] = None,
+    unix_socket: _UnixSocketOption = None,
 ) -> None:
     """Run a production server on the given database."""
     from dex_server.cli import _serve
