@@ -408,8 +408,9 @@ def uvicorn_server(
         sock.close()
         raise
     sock.set_inheritable(True)
-    listeners = Listeners([sock])
-    if config.unix_socket is not None:
+    if config.unix_socket is None:
+        listeners = Listeners([sock])
+    else:
         try:
             unix = bind_unix_socket(config.unix_socket)
         except OSError:

@@ -71,6 +71,9 @@ class WorkerHandle:
         await self._process.stop(timeout=10.0)
 
 
+_SOCKET = "dex.sock"  # in the stack's socket folder (``unix_socket=True``)
+
+
 class AgentTestStack:
     """A private ``dexcli dev`` server and Worker child processes, for one test.
 
@@ -200,7 +203,7 @@ class AgentTestStack:
             database = ["--database-url", self._database_url]
         if self.unix_socket and self._socket_dir is None:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="dex-stack-"))
-        unix = ["--unix-socket", str(self._socket_path())] if self._socket_dir else []
+        unix = ["--unix-socket", str(self._socket_dir / _SOCKET)] if self._socket_dir else []
         self._server = ChildProcess(
             [
                 str(find_dexcli()),
@@ -237,9 +240,9 @@ class AgentTestStack:
                 )
             await asyncio.sleep(0.02)
 
-    def _socket_path(self) -> Path:
-        assert self._socket_dir is not None
-        return self._socket_dir / "dex.sock"
+    def _worker_address(self) -> str:
+        address = self.server_address  # raises when the stack is not started
+        return address if self._socket_dir is None else f"unix://{self._socket_dir / _SOCKET}"
 
     # ------------------------------------------------------------------ public API
 
@@ -290,10 +293,7 @@ class AgentTestStack:
         ready_file = self.tmp_path / f"worker-{number}.ready"
         ready_file.unlink(missing_ok=True)
         child_env = {**os.environ, **self.worker_env, **(env or {})}
-        address = self.server_address  # raises when the stack is not started
-        child_env[SERVER_ADDRESS_ENV] = (
-            f"unix://{self._socket_path()}" if self._socket_dir is not None else address
-        )
+        child_env[SERVER_ADDRESS_ENV] = self._worker_address()
         child_env[READY_FILE_ENV] = str(ready_file)
         if self.worker_cwd is not None:
             paths = [str(self.worker_cwd), child_env.get("PYTHONPATH", "")]
