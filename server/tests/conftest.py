@@ -12,8 +12,11 @@ run would have run it differently.
 
 from __future__ import annotations
 
+import shutil
 import sys
-from collections.abc import Generator
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import dex_server.testing as server_testing
 import pytest
@@ -101,3 +104,14 @@ def pytest_runtest_makereport(
             "DEX_TEST_DATABASE changes it, so the PostgreSQL run must keep it (drop the mark)"
         )
     return report
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh folder under ``/tmp``, removed after the test, for Unix sockets.
+
+    A Unix socket's path is limited to 107 bytes; pytest's own folders can be longer.
+    """
+    path = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -132,11 +129,8 @@ def test_server_on_sqlite_url(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def short_socket() -> Iterator[Path]:
-    # a Unix socket's path is limited to 107 bytes; pytest's folders can be longer
-    folder = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
-    yield folder / "dex.sock"
-    shutil.rmtree(folder, ignore_errors=True)
+def short_socket(short_dir: Path) -> Path:
+    return short_dir / "dex.sock"
 
 
 def reap(proc: subprocess.Popen[str]) -> None:

@@ -8,14 +8,11 @@ temporary folders can exceed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,13 +20,6 @@ import pytest
 from dex_server.app import MAX_UNIX_SOCKET_PATH_BYTES, UnixSocketError, bind_unix_socket
 
 pytestmark = pytest.mark.store_independent
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dexu-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class _Server:
