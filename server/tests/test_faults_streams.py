@@ -134,7 +134,7 @@ async def two_stores(url: str) -> AsyncIterator[tuple[PostgresStore, PostgresSto
 
 def _namer(name: str) -> Callable[[Tx], None]:
     def job(tx: Tx) -> None:
-        tx.flows.c.execute(f"SET application_name = '{name}'".encode())  # type: ignore[attr-defined]
+        tx.flows.run(f"SET application_name = '{name}'")  # type: ignore[attr-defined]
 
     return job
 

@@ -111,7 +111,7 @@ class PgServers(_Repo):
 
 class PgSignals(_Repo):
     def notify(self, kind: str, data: str) -> None:
-        self.c.execute("SELECT pg_notify('dex', %s)", (f"{self.me}|{kind}|{data}",))
+        self.run("SELECT pg_notify('dex', %s)", (f"{self.me}|{kind}|{data}",))
 
 
 class PgLocks(_Repo):

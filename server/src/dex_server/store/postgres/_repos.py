@@ -28,6 +28,7 @@ from dex_server.store._records import (
     record_encoder,
     with_claim,
 )
+from dex_server.store.postgres._pipeline import Handle, Pipeline
 
 _spec_decoder = msgspec.json.Decoder(FlowSpec)
 log = logging.getLogger("dex_server.store")
@@ -51,24 +52,42 @@ _SNAPSHOT = (
 
 class _Repo:
     def __init__(
-        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        *,
+        writer: bool,
+        server_id: str,
+        pipe: Pipeline | None = None,
     ) -> None:
         self.c = conn
         self.lock = " FOR UPDATE" if writer else ""
         self.me = server_id
+        # the writer's transactions run on this bare pipeline while it is active
+        self.pipe = pipe
         # reused, not one new cursor per statement (a cursor costs as much as a statement's
         # own work): reads fetch at once, and no write's result is ever read
         self._reads = conn.cursor()
         self._writes = conn.cursor()
 
     def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        pipe = self.pipe
+        if pipe is not None and pipe.active:
+            return pipe.rows(sql, args)
         return self._reads.execute(sql, args).fetchall()
 
     def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
+        pipe = self.pipe
+        if pipe is not None and pipe.active:
+            found = pipe.rows(sql, args)
+            return found[0] if found else None
         return self._reads.execute(sql, args).fetchone()
 
     def run(self, sql: str, args: Sequence[object] = ()) -> None:
         # no result is read: in pipeline mode the statement is queued, not waited for
+        pipe = self.pipe
+        if pipe is not None and pipe.active:
+            pipe.run(sql, args)
+            return
         self._writes.execute(sql, args)
 
 
@@ -79,9 +98,14 @@ def _b(v: object) -> bytes:
 
 class PgFlows(_Repo):
     def __init__(
-        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        *,
+        writer: bool,
+        server_id: str,
+        pipe: Pipeline | None = None,
     ) -> None:
-        super().__init__(conn, writer=writer, server_id=server_id)
+        super().__init__(conn, writer=writer, server_id=server_id, pipe=pipe)
         self._pair = conn.cursor()  # the second of two reads in flight at once
 
     def insert(self, flow: FlowRecord) -> bool:
@@ -124,9 +148,17 @@ class PgFlows(_Repo):
         self, run_id: str, execution_id: str
     ) -> tuple[FlowRecord | None, ExecRecord | None]:
         # both queued before either is read: in pipeline mode one round trip, not two
-        flow_cur = self._reads.execute(_FLOW_GET + self.lock, (run_id,))
-        exec_cur = self._pair.execute(_EXEC_GET, (run_id, execution_id))
-        flow, e = flow_cur.fetchone(), exec_cur.fetchone()
+        pipe = self.pipe
+        if pipe is not None and pipe.active:
+            flow_h = pipe.send(_FLOW_GET + self.lock, (run_id,))
+            exec_rows = pipe.fetch(pipe.send(_EXEC_GET, (run_id, execution_id)))
+            flow_rows = pipe.fetch(flow_h)
+            flow = flow_rows[0] if flow_rows else None
+            e = exec_rows[0] if exec_rows else None
+        else:
+            flow_cur = self._reads.execute(_FLOW_GET + self.lock, (run_id,))
+            exec_cur = self._pair.execute(_EXEC_GET, (run_id, execution_id))
+            flow, e = flow_cur.fetchone(), exec_cur.fetchone()
         if flow is None:
             return None, None
         return (
@@ -281,10 +313,15 @@ def _snapshot(rows: list[tuple[object, ...]]) -> Snapshot:
 
 class PgState(_Repo):
     def __init__(
-        self, conn: psycopg.Connection[tuple[object, ...]], *, writer: bool, server_id: str
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        *,
+        writer: bool,
+        server_id: str,
+        pipe: Pipeline | None = None,
     ) -> None:
-        super().__init__(conn, writer=writer, server_id=server_id)
-        self._later: list[tuple[_Cursor, Callable[[Snapshot | None], None]]] = []
+        super().__init__(conn, writer=writer, server_id=server_id, pipe=pipe)
+        self._later: list[tuple[_Cursor | Handle, Callable[[Snapshot | None], None]]] = []
 
     def get(self, run_id: str, name: str) -> StoredValue | None:
         row = self.row(
@@ -303,10 +340,14 @@ class PgState(_Repo):
     def snapshot_later(
         self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
     ) -> None:
+        # queued now, read with the COMMIT's results (see PostgresStore._transaction)
+        pipe = self.pipe
+        if pipe is not None and pipe.active:
+            self._later.append((pipe.send(_SNAPSHOT, (run_id, run_id)), fill))
+            return
         if self.c.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
             fill(self.snapshot(run_id))  # a reader, or the store's statement-by-statement retry
             return
-        # queued now, read with the COMMIT's results (see PostgresStore._transaction)
         cur = self.c.cursor()
         cur.execute(_SNAPSHOT, (run_id, run_id))
         self._later.append((cur, fill))
@@ -316,7 +357,7 @@ class PgState(_Repo):
         later, self._later = self._later, []
         for cur, fill in later:
             try:
-                snap = _snapshot(cur.fetchall())
+                snap = _snapshot(cur.rows if isinstance(cur, Handle) else cur.fetchall())
             except Exception:
                 log.exception("reading a task snapshot after its commit failed")
                 fill(None)

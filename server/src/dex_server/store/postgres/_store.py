@@ -26,6 +26,7 @@ from dex_server.store.postgres._cluster_repos import (
     PgSignals,
     PgStreams,
 )
+from dex_server.store.postgres._pipeline import Pipeline, SearchLink, Unsupported
 from dex_server.store.postgres._repos import (
     PgBlobs,
     PgChannels,
@@ -46,6 +47,8 @@ _Item = tuple[Callable[[Tx], Any], asyncio.Future[Any]]
 
 _MAX_BATCH = 512
 _MAX_CONFLICT_RETRIES = 8
+# groups run through psycopg after one the bare pipeline could not run
+_BARE_PAUSE_BATCHES = 64
 # 64-bit key of the advisory lock that serialises migration runners across servers
 _MIGRATION_LOCK = 0x6465785F6D6967
 _RECONNECT_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -81,9 +84,9 @@ def connect(url: str, *, fsync: bool, application_name: str = "dex-server") -> C
     return conn
 
 
-def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
-    """The contract's repositories bound to ``conn``."""
-    kw: dict[str, Any] = {"writer": writer, "server_id": server_id}
+def repos(conn: Conn, *, writer: bool, server_id: str, pipe: Pipeline | None = None) -> Tx:
+    """The contract's repositories bound to ``conn`` (and to ``pipe`` while it is active)."""
+    kw: dict[str, Any] = {"writer": writer, "server_id": server_id, "pipe": pipe}
     return Tx(
         flows=PgFlows(conn, **kw),
         specs=PgSpecs(conn, **kw),
@@ -100,7 +103,7 @@ def repos(conn: Conn, *, writer: bool, server_id: str) -> Tx:
         rpc_requests=PgRpcRequests(conn, **kw),
         locks=PgLocks(conn, **kw),
         streams=PgStreams(conn, **kw),
-        search=SearchRepo(conn, POSTGRES),
+        search=SearchRepo(conn if pipe is None else SearchLink(conn, pipe), POSTGRES),
     )
 
 
@@ -192,6 +195,11 @@ class PostgresStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: Conn | None = None
         self._tx: Tx | None = None
+        self._pipe: Pipeline | None = None
+        # batches left to run through psycopg after the bare pipeline could not run one
+        self._bare_pause = 0
+        self.bare_batches = 0  # groups committed through the bare pipeline
+        self.bare_fallbacks = 0  # groups it handed to psycopg (a value or type it lacks)
         self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._reader_conns: list[Conn] = []
@@ -215,7 +223,8 @@ class PostgresStore:
         """Connect, apply (or verify) migrations and start the writer thread."""
         migrate(self.url, verify_only=self.verify_only)
         self._conn = connect(self.url, fsync=self.fsync)
-        self._tx = repos(self._conn, writer=True, server_id=self.server_id)
+        self._pipe = Pipeline(self._conn)
+        self._tx = repos(self._conn, writer=True, server_id=self.server_id, pipe=self._pipe)
         # recorded before this server claims anything, so its claims can be taken over
         self._beat(self._conn)
         self._loop = asyncio.get_running_loop()
@@ -387,7 +396,7 @@ class PostgresStore:
             return conn, tx
         if conn is not None:
             conn.close()
-        self._conn = self._tx = None
+        self._conn = self._tx = self._pipe = None
         last: Exception | None = None
         for delay in _RECONNECT_BACKOFF_S:
             try:
@@ -397,7 +406,9 @@ class PostgresStore:
                 time.sleep(delay)
                 continue
             log.warning("store: connected to the database again")
-            self._conn, self._tx = conn, repos(conn, writer=True, server_id=self.server_id)
+            self._pipe = Pipeline(conn)
+            self._conn = conn
+            self._tx = repos(conn, writer=True, server_id=self.server_id, pipe=self._pipe)
             return conn, self._tx
         raise StoreUnavailableError(f"the database is unreachable: {last}")
 
@@ -426,6 +437,46 @@ class PostgresStore:
         raise AssertionError("unreachable")
 
     def _transaction(
+        self, conn: Conn, tx: Tx, batch: list[_Item]
+    ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
+        # Fastest: the whole group on libpq's bare pipeline (see _pipeline.py). A value or
+        # a column type it does not handle sends this group, and the next
+        # _BARE_PAUSE_BATCHES, to psycopg's pipeline below; a failing job, to _careful.
+        state = tx.state
+        assert isinstance(state, PgState)
+        pipe = self._pipe
+        if pipe is not None and self._bare_pause == 0:
+            results: list[Any] = []
+            try:
+                pipe.begin()
+                for job, _ in batch:
+                    results.append(job(tx))
+                pipe.commit()
+            except _RETRY_OR_LOST:
+                state.drop_later()
+                pipe.abort()
+                raise
+            except Unsupported as exc:
+                state.drop_later()
+                pipe.abort()
+                _rollback(conn)
+                self.bare_fallbacks += 1
+                self._bare_pause = _BARE_PAUSE_BATCHES
+                log.debug("store: a group ran through psycopg instead: %s", exc)
+            except Exception:
+                state.drop_later()
+                pipe.abort()
+                _rollback(conn)
+                return self._careful(conn, tx, batch)
+            else:
+                self.bare_batches += 1
+                state.run_later()
+                return [(fut, r, None) for (_, fut), r in zip(batch, results, strict=True)]
+        elif self._bare_pause > 0:
+            self._bare_pause -= 1
+        return self._psycopg_pipeline(conn, tx, batch)
+
+    def _psycopg_pipeline(
         self, conn: Conn, tx: Tx, batch: list[_Item]
     ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
         # Fast path: the whole group in pipeline mode, no savepoints. Writes whose result
