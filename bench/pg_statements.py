@@ -2,11 +2,11 @@
 
     uv run python bench/pg_statements.py [--database-url URL] [--steps 2000] [--rounds 5]
 
-On PostgreSQL the server's CPU per Step is about twice SQLite's, and most of the
-difference is spent in the client library: the store sends each statement through a
-psycopg cursor in pipeline mode. This bench measures what that costs against the floor,
-the same statements sent through libpq's own pipeline (``psycopg.pq``, the thin wrapper
-psycopg is built on) with no cursor, adaptation or per-statement flush.
+A Step result on PostgreSQL costs the server mostly its statements' client-side work.
+This bench measures that work two ways: through psycopg's cursors in pipeline mode, and
+through libpq's own pipeline (``psycopg.pq``, the thin wrapper psycopg is built on) with
+no cursor, adaptation or per-statement flush, the way the store's writer sends its
+transactions (``dex_server.store.postgres._pipeline``; psycopg covers the rest).
 
 One "Step" is the transaction shape of a Step result (see ``dex_server.store.postgres``):
 ``BEGIN``; read a Flow row ``FOR UPDATE`` and an execution row; write a history row, the
@@ -16,7 +16,8 @@ tables, the two ways alternating round by round; the figure is the process CPU t
 (user and system, so the socket calls count) per statement, the median over the rounds.
 
 - ``psycopg``: ``psycopg.Connection.pipeline()``, ``prepare_threshold=1``, reused cursors;
-  reads are fetched, writes are not (what ``PostgresStore`` does).
+  reads are fetched, writes are not (the store's way before its bare pipeline, and still
+  its way for what that does not cover).
 - ``libpq``: prepared statements sent with ``PGconn.send_query_prepared``; one flush to
   read the two rows, one ``pipeline_sync`` for the rest; results read with
   ``consume_input`` / ``get_result``, the rows decoded from the binary format.

@@ -297,11 +297,13 @@ class Pipeline:
                 self.pg.consume_input()
 
     def _result(self) -> PGresult | None:
-        self.pg.consume_input()
-        while self.pg.is_busy():
-            select.select([self.pg.socket], [], [])
-            self.pg.consume_input()
-        return self.pg.get_result()
+        # read the socket only when what libpq holds does not make a whole result (a read
+        # that finds nothing costs a system call for naught)
+        pg = self.pg
+        while pg.is_busy():
+            select.select([pg.socket], [], [])
+            pg.consume_input()
+        return pg.get_result()
 
     def _read_one(self) -> None:
         """Read one result, or the end marker of the oldest statement's results.
