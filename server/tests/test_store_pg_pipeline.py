@@ -76,6 +76,12 @@ def test_unsupported_values_and_columns_are_refused(db_url: str) -> None:
             pipe.rows("SELECT 1.5::numeric")
         pipe.abort()
         conn.execute("ROLLBACK")
+        for _ in range(2):  # refused each time, never kept as if it had been prepared
+            pipe.begin()
+            with pytest.raises(Unsupported, match="%d"):
+                pipe.run("SELECT %d", ())
+            pipe.abort()
+            conn.execute("ROLLBACK")
         assert conn.execute("SELECT count(*) FROM kinds").fetchone() == (0,)
 
 

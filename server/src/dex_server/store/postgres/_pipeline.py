@@ -277,12 +277,13 @@ class Pipeline:
         key = (sql, oids)
         name = self._prepared.get(key)
         if name is None:
+            text = dollars(sql).encode()  # before the name is kept: it may refuse the SQL
             if len(self._prepared) < _PREPARED_MAX:
                 name = f"dex_{next(self._names)}".encode()
                 self._prepared[key] = name
             else:
                 name = b""  # the unnamed statement, replaced by the next one
-            self.pg.send_prepare(name, dollars(sql).encode(), param_types=oids)
+            self.pg.send_prepare(name, text, param_types=oids)
             self._pending.append(_Prepare(key))
         self.pg.send_query_prepared(name, values, param_formats=formats, result_format=1)
         self._pending.append(pending)
