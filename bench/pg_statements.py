@@ -39,6 +39,7 @@ from functools import partial
 from typing import Any
 
 import psycopg
+from dex_server.store.postgres._pipeline import dollars
 from psycopg import pq
 from psycopg.pq.abc import PGresult
 
@@ -50,30 +51,20 @@ _DDL = (
     " PRIMARY KEY (run_id, event_id))",
     "CREATE TEMP TABLE b_attrs (run_id text, name text, value bytea, PRIMARY KEY (run_id, name))",
 )
-# (psycopg text, libpq text): the same statement in each placeholder style
-_SQL: dict[str, tuple[str, str]] = {
-    "flow": ("SELECT data FROM b_flows WHERE run_id=%s FOR UPDATE", ""),
-    "exec": ("SELECT data FROM b_execs WHERE run_id=%s AND execution_id=%s", ""),
-    "history": ("INSERT INTO b_history (run_id, event_id, payload) VALUES (%s,%s,%s)", ""),
+# psycopg's placeholders; the libpq way prepares them as $1, $2, ... (``dollars``)
+_SQL: dict[str, str] = {
+    "flow": "SELECT data FROM b_flows WHERE run_id=%s FOR UPDATE",
+    "exec": "SELECT data FROM b_execs WHERE run_id=%s AND execution_id=%s",
+    "history": "INSERT INTO b_history (run_id, event_id, payload) VALUES (%s,%s,%s)",
     "put": (
         "INSERT INTO b_execs (run_id, execution_id, data) VALUES (%s,%s,%s)"
-        " ON CONFLICT (run_id, execution_id) DO UPDATE SET data=excluded.data",
-        "",
+        " ON CONFLICT (run_id, execution_id) DO UPDATE SET data=excluded.data"
     ),
-    "update": ("UPDATE b_flows SET data=%s WHERE run_id=%s", ""),
-    "snapshot": ("SELECT name, value FROM b_attrs WHERE run_id=%s", ""),
+    "update": "UPDATE b_flows SET data=%s WHERE run_id=%s",
+    "snapshot": "SELECT name, value FROM b_attrs WHERE run_id=%s",
 }
 STATEMENTS_PER_STEP = 8  # BEGIN, the six above, COMMIT
 _RUN = "run-1"
-
-
-def _dollars(sql: str) -> str:
-    parts = sql.split("%s")
-    return "".join(p + (f"${i + 1}" if i < len(parts) - 1 else "") for i, p in enumerate(parts))
-
-
-for _key, (_text, _) in list(_SQL.items()):
-    _SQL[_key] = (_text, _dollars(_text))
 
 
 def _payload(step: int) -> bytes:
@@ -94,15 +85,15 @@ def psycopg_steps(conn: psycopg.Connection[tuple[Any, ...]], first: int, steps: 
         reads, pair, writes, later = conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor()
         for step in range(first, first + steps):
             writes.execute("BEGIN")
-            flow_cur = reads.execute(_SQL["flow"][0], (_RUN,))
-            exec_cur = pair.execute(_SQL["exec"][0], (_RUN, f"e-{step}"))
+            flow_cur = reads.execute(_SQL["flow"], (_RUN,))
+            exec_cur = pair.execute(_SQL["exec"], (_RUN, f"e-{step}"))
             flow, e = flow_cur.fetchone(), exec_cur.fetchone()
             if flow is None or e is None or bytes(e[0]) != _payload(step - 1):
                 raise SystemExit(f"psycopg: step {step} read {flow!r}, {e!r}")
-            writes.execute(_SQL["history"][0], (_RUN, step, _payload(step)))
-            writes.execute(_SQL["put"][0], (_RUN, f"e-{step + 1}", _payload(step)))
-            writes.execute(_SQL["update"][0], (_payload(step), _RUN))
-            later.execute(_SQL["snapshot"][0], (_RUN,))
+            writes.execute(_SQL["history"], (_RUN, step, _payload(step)))
+            writes.execute(_SQL["put"], (_RUN, f"e-{step + 1}", _payload(step)))
+            writes.execute(_SQL["update"], (_payload(step), _RUN))
+            later.execute(_SQL["snapshot"], (_RUN,))
             writes.execute("COMMIT")
             if later.fetchall() != [("status", b"idle")]:
                 raise SystemExit(f"psycopg: step {step} read a wrong snapshot")
@@ -113,8 +104,8 @@ class _Pipeline:
 
     def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         self.pg = conn.pgconn
-        for name, (_, sql) in _SQL.items():
-            res = self.pg.prepare(name.encode(), sql.encode())
+        for name, sql in _SQL.items():
+            res = self.pg.prepare(name.encode(), dollars(sql).encode())
             if res.status != pq.ExecStatus.COMMAND_OK:
                 raise SystemExit(f"prepare {name}: {res.error_message.decode()}")
         for name, sql in (("begin", "BEGIN"), ("commit", "COMMIT")):

@@ -11,8 +11,7 @@ It covers the values the repositories use (``None``, ``bool``, ``int``, ``float`
 ``str``, ``bytes``, lists of ``str`` or ``int``) and the column types they read. Anything
 else raises :class:`Unsupported` and the store runs the group again through psycopg, which
 covers everything; a statement PostgreSQL refuses raises its psycopg error, as psycopg's
-pipeline would. A failed connection raises
-``psycopg.OperationalError`` as psycopg would.
+pipeline would. A failed connection raises ``psycopg.OperationalError`` as psycopg would.
 """
 
 from __future__ import annotations
@@ -31,11 +30,11 @@ from psycopg.pq.abc import PGresult
 
 _Row = tuple[Any, ...]
 
-_TEXT_ARRAY_OID = 1009
-_INT8_ARRAY_OID = 1016
 # named statements kept per connection; statements past them are prepared unnamed each time
 _PREPARED_MAX = 256
 _BYTEA_OID = 17
+_TEXT_ARRAY_OID = 1009
+_INT8_ARRAY_OID = 1016
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC

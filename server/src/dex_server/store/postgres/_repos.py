@@ -69,23 +69,25 @@ class _Repo:
         self._reads = conn.cursor()
         self._writes = conn.cursor()
 
-    def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    def bare(self) -> Pipeline | None:
+        """The writer's bare pipeline while a group runs on it, else ``None`` (psycopg)."""
         pipe = self.pipe
-        if pipe is not None and pipe.active:
+        return pipe if pipe is not None and pipe.active else None
+
+    def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        if pipe := self.bare():
             return pipe.rows(sql, args)
         return self._reads.execute(sql, args).fetchall()
 
     def row(self, sql: str, args: Sequence[object] = ()) -> tuple[object, ...] | None:
-        pipe = self.pipe
-        if pipe is not None and pipe.active:
+        if pipe := self.bare():
             found = pipe.rows(sql, args)
             return found[0] if found else None
         return self._reads.execute(sql, args).fetchone()
 
     def run(self, sql: str, args: Sequence[object] = ()) -> None:
         # no result is read: in pipeline mode the statement is queued, not waited for
-        pipe = self.pipe
-        if pipe is not None and pipe.active:
+        if pipe := self.bare():
             pipe.run(sql, args)
             return
         self._writes.execute(sql, args)
@@ -148,8 +150,7 @@ class PgFlows(_Repo):
         self, run_id: str, execution_id: str
     ) -> tuple[FlowRecord | None, ExecRecord | None]:
         # both queued before either is read: in pipeline mode one round trip, not two
-        pipe = self.pipe
-        if pipe is not None and pipe.active:
+        if pipe := self.bare():
             flow_h = pipe.send(_FLOW_GET + self.lock, (run_id,))
             exec_rows = pipe.fetch(pipe.send(_EXEC_GET, (run_id, execution_id)))
             flow_rows = pipe.fetch(flow_h)
@@ -341,8 +342,7 @@ class PgState(_Repo):
         self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
     ) -> None:
         # queued now, read with the COMMIT's results (see PostgresStore._transaction)
-        pipe = self.pipe
-        if pipe is not None and pipe.active:
+        if pipe := self.bare():
             self._later.append((pipe.send(_SNAPSHOT, (run_id, run_id)), fill))
             return
         if self.c.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
