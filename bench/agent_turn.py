@@ -2,7 +2,7 @@
 
     uv run python bench/agent_turn.py [--sessions 15] [--turns 15] [--prior 1000]
                                        [--breakdown] [--no-fsync] [--in-process]
-                                       [--follow] [--interleave] [--unix]
+                                       [--follow] [--interleave] [--unix] [--postgres]
 
 One turn = one model call that asks for three tools, three parallel tool Steps, and a
 second model call that answers. Model and tools are instant (a scripted model), so the
@@ -60,8 +60,15 @@ already holding the long session's history).
 --unix-socket``, ``AgentTestStack(unix_socket=True)``) instead of TCP; the bench's client
 stays on TCP.
 
+``--postgres`` runs the separate server on PostgreSQL instead of SQLite: a fresh database
+``dex_test_<random>`` on ``DEX_TEST_POSTGRES_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``), dropped at the end, as the suites'
+``DEX_TEST_DATABASE=postgres`` runs do. ``server_cpu_ms`` is then the server process's
+CPU only, not the database's. The fsync setting is SQLite's, so ``--no-fsync`` and
+``--in-process`` (an embedded server on SQLite) do not go with it.
+
 The last line is ``agent_turn overhead_ms_0=... overhead_ms_1000=... ratio=...
-server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite
+server_cpu_ms=... worker_cpu_ms=... prior_messages=... fsync=on|off store=sqlite|postgres
 mode=separate|inproc follow=on|off order=sequential|interleaved link=tcp|unix|inproc``
 (CPU per turn of fresh sessions).
 """
@@ -524,7 +531,8 @@ async def bench(args: argparse.Namespace) -> str:
         f"agent_turn overhead_ms_0={zero:.1f} overhead_ms_1000={thousand:.1f} "
         f"ratio={thousand / zero:.2f} server_cpu_ms={per_turn[0]:.2f} "
         f"worker_cpu_ms={per_turn[1]:.2f} prior_messages={prior} "
-        f"fsync={'off' if args.no_fsync else 'on'} store=sqlite "
+        f"fsync={'off' if args.no_fsync else 'on'} "
+        f"store={'postgres' if args.postgres else 'sqlite'} "
         f"mode={'inproc' if args.in_process else 'separate'} "
         f"follow={'on' if args.follow else 'off'} "
         f"order={'interleaved' if args.interleave else 'sequential'} "
@@ -576,7 +584,16 @@ def main() -> None:
         action="store_true",
         help="the Worker connects over the server's Unix socket instead of TCP",
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the server on a fresh PostgreSQL database (DEX_TEST_POSTGRES_URL) instead of SQLite",
+    )
     args = parser.parse_args()
+    if args.postgres and (args.in_process or args.no_fsync):
+        raise SystemExit("--postgres runs the separate server: drop --in-process and --no-fsync")
+    if args.postgres:
+        os.environ["DEX_TEST_DATABASE"] = "postgres"  # AgentTestStack creates the database
     if args.in_process and importlib.util.find_spec("dex_server.embedded") is None:
         raise SystemExit("--in-process needs dex_server.embedded, which this build lacks")
     if args.in_process and args.unix:
