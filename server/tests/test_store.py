@@ -4,11 +4,12 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dex_server.app import ServerConfig
-from dex_server.store import FlowRecord, SqliteStore
+from dex_server.store import FlowRecord, SqliteStore, Tx
 from dex_server.store.sqlite import _store, apply_migrations
 
 
@@ -367,3 +368,71 @@ async def test_a_job_submitted_alone_runs_in_a_transaction_of_its_own(tmp_path: 
         assert await store.submit(job("inline-alone"), inline=True, alone=True) == "inline-alone"
     finally:
         await store.close()
+
+
+async def _one_batch(store: SqliteStore, jobs: list[Callable[[Tx], None]]) -> list[object]:
+    """Run ``jobs`` as one batch: queued while the writer holds a job that waits for them."""
+    gate = threading.Event()
+    first = store.submit(lambda tx: gate.wait(10))
+    await _until_the_writer_runs_it(store)
+    futures = [store.submit(job) for job in jobs]
+    gate.set()
+    await first
+    return await asyncio.gather(*futures, return_exceptions=True)
+
+
+def _run_ids(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT run_id FROM flows ORDER BY run_id")]
+    finally:
+        conn.close()
+
+
+async def test_a_batch_whose_jobs_all_succeed_runs_without_savepoints(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    conn = store._conn
+    assert conn is not None
+    statements: list[str] = []
+    try:
+        conn.set_trace_callback(statements.append)  # called on the writer thread
+        batches = store.batches
+        jobs = [lambda tx, i=i: tx.flows.insert(_flow(i)) for i in range(5)]
+        assert await _one_batch(store, jobs) == [True] * 5  # type: ignore[arg-type]
+        assert store.batches == batches + 2  # the job that held the writer, then the five
+        assert store.careful_batches == 0
+        assert not [s for s in statements if "SAVEPOINT" in s or "RELEASE" in s], statements
+    finally:
+        conn.set_trace_callback(None)
+        await store.close()
+    assert _run_ids(tmp_path / "db") == [f"r{i:04}" for i in range(5)]
+
+
+async def test_a_job_failing_in_a_batch_undoes_only_its_own_writes(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db")
+    store.open()
+    runs: dict[int, int] = {}
+
+    def insert(i: int) -> Callable[[Tx], None]:
+        def job(tx: Tx) -> None:
+            runs[i] = runs.get(i, 0) + 1
+            tx.flows.insert(_flow(i))
+
+        return job
+
+    def boom(tx: Tx) -> None:
+        tx.flows.insert(_flow(99))
+        raise ValueError("this job fails")
+
+    try:
+        first, failed, last = await _one_batch(store, [insert(1), boom, insert(2)])
+        assert first is None and last is None  # the jobs return nothing
+        assert isinstance(failed, ValueError)
+        assert store.careful_batches == 1
+        # the first job ran twice (its first run was rolled back with the failing job's
+        # writes); the last ran once, after the batch started over job by job
+        assert runs == {1: 2, 2: 1}
+    finally:
+        await store.close()
+    assert _run_ids(tmp_path / "db") == ["r0001", "r0002"]

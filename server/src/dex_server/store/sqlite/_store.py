@@ -224,13 +224,14 @@ class SqliteStore:
     """SQLite store on one dedicated writer thread with group commit.
 
     Jobs (``Callable[[Tx], T]``) are queued to the writer thread. Jobs that arrive while a
-    commit is in progress run together in the next transaction, each in its own savepoint
-    (a job that raises rolls back only itself); every caller's future resolves after the
-    COMMIT. Reads go through the same thread, so they see every committed job. A batch of
-    one job runs without a savepoint. WAL checkpoints run on a separate checkpointer
-    thread (its own connection), so the commit path never copies the WAL back; the writer
-    only checkpoints the uncopied tail itself when the WAL has grown large, so that it can
-    start over (see ``_WAL_RESTART_FRAMES``).
+    commit is in progress run together in the next transaction; a job that raises rolls
+    back only itself (the batch then runs again with a savepoint per job, see
+    ``_run_batch``), and every caller's future resolves after the COMMIT. Jobs must
+    therefore be repeatable. Reads go through the same thread, so they see every committed
+    job. WAL checkpoints run on a separate checkpointer thread (its own connection), so
+    the commit path never copies the WAL back; the writer only checkpoints the uncopied
+    tail itself when the WAL has grown large, so that it can start over (see
+    ``_WAL_RESTART_FRAMES``).
 
     ``submit(job, inline=True)`` runs the job (and its COMMIT) on the event loop thread
     instead, at the end of the loop iteration, when the iteration has at most
@@ -281,6 +282,7 @@ class SqliteStore:
         # background checkpoint passes run (tests wait on it instead of on the clock)
         self.checkpoint_passes = 0
         self.jobs = 0
+        self.careful_batches = 0  # batches run again job by job after one of their jobs failed
         self.submitted = 0
         self._folder_lock = _FolderLock(path)
         # the connection's owner for one batch (the writer, or the loop running inline); a
@@ -595,40 +597,56 @@ class SqliteStore:
         *,
         inline: bool = False,
     ) -> None:
-        """Run ``batch`` in one transaction (the caller holds ``_conn_lock``)."""
+        """Run ``batch`` in one transaction (the caller holds ``_conn_lock``).
+
+        The jobs run one after another without savepoints (a savepoint costs two statements
+        and journals every page a job changes). If one raises, the transaction rolls back
+        and the batch runs again the careful way, each job in a savepoint of its own, so
+        that only the failing job's writes are undone: jobs may run twice, which the
+        store's contract allows (PostgreSQL reruns them on conflicts too).
+        """
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            if len(batch) == 1:
-                # a lone job needs no savepoint: if it raises, the whole transaction rolls back
-                job, fut = batch[0]
-                try:
-                    outcomes.append((fut, job(tx), None))
-                except Exception as exc:
-                    conn.execute("ROLLBACK")
-                    outcomes.append((fut, None, exc))
+            try:
+                results = [job(tx) for job, _ in batch]
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                if len(batch) == 1:  # a lone job would only fail again
+                    outcomes = [(batch[0][1], None, exc)]
                 else:
-                    conn.execute("COMMIT")
-                self._done(conn, outcomes, inline)
-                return
-            for job, fut in batch:
-                conn.execute("SAVEPOINT job")
-                try:
-                    result = job(tx)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    outcomes.append((fut, None, exc))
-                else:
-                    conn.execute("RELEASE job")
-                    outcomes.append((fut, result, None))
-            conn.execute("COMMIT")
+                    self.careful_batches += 1
+                    outcomes = self._careful(conn, tx, batch)
+            else:
+                conn.execute("COMMIT")
+                outcomes = [(fut, r, None) for (_, fut), r in zip(batch, results, strict=True)]
         except Exception as exc:  # the commit itself failed: nothing of the batch is durable
             log.exception("store transaction failed")
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(fut, None, exc) for _, fut in batch]
         self._done(conn, outcomes, inline)
+
+    @staticmethod
+    def _careful(
+        conn: sqlite3.Connection, tx: Tx, batch: list[_Item]
+    ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
+        """Run ``batch`` again in one transaction, each job in its own savepoint."""
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        for job, fut in batch:
+            conn.execute("SAVEPOINT job")
+            try:
+                result = job(tx)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+                outcomes.append((fut, None, exc))
+            else:
+                conn.execute("RELEASE job")
+                outcomes.append((fut, result, None))
+        conn.execute("COMMIT")
+        return outcomes
 
     def _done(
         self,
