@@ -95,7 +95,8 @@ class StateStore(Protocol):
         PostgreSQL sends the read with the transaction's COMMIT and calls ``fill`` once
         that came back (one round trip less per Step), before the job's future resolves:
         ``fill(None)`` if the transaction committed but the read could not be used, no
-        call at all if it did not commit. Elsewhere ``fill`` runs at once, like any read.
+        call at all if it did not commit. SQLite reads at once and calls ``fill`` at the
+        same point, after the COMMIT, or never.
         """
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]: ...
@@ -346,7 +347,10 @@ class Store(Protocol):
 
     ``submit``'s future resolves after the job's transaction committed (or with the job's
     exception; the job's writes are then rolled back, and nothing else of its group). A
-    dialect that loses its database fails jobs with :class:`StoreUnavailableError`.
+    job may run more than once before its transaction commits (its group starts over when
+    another job of it raises, or after a conflict with another server), so it changes
+    nothing but the store's rows and what it returns. A dialect that loses its database
+    fails jobs with :class:`StoreUnavailableError`.
     """
 
     kind: str

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -20,8 +21,9 @@ from dex_server.store._records import (
     with_claim,
 )
 
-_spec_decoder = msgspec.json.Decoder(FlowSpec)
+log = logging.getLogger("dex_server.store")
 
+_spec_decoder = msgspec.json.Decoder(FlowSpec)
 
 _SINGLETONS_SKIP_AFTER = 16
 _EXEC_GET = "SELECT data, claimed_by, claim_epoch FROM executions WHERE run_id=? AND execution_id=?"
@@ -289,6 +291,8 @@ class SqliteState:
         # the singletons between their ranges, and the Channel sizes, in one statement
         self._maps: dict[str, tuple[str, ...]] = {}
         self._between: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+        # snapshots read for snapshot_later, handed on once the transaction committed
+        self._later: list[tuple[Callable[[Snapshot | None], None], Snapshot | None]] = []
 
     @staticmethod
     def _value(value: bytes | None, blob: str | None, size: int) -> StoredValue:
@@ -389,7 +393,20 @@ class SqliteState:
     def snapshot_later(
         self, run_id: str, fill: Callable[[Snapshot | None], None], flow_type: str = ""
     ) -> None:
-        fill(self.snapshot(run_id, flow_type))
+        self._later.append((fill, self.snapshot(run_id, flow_type)))
+
+    def run_later(self) -> None:
+        """The transaction committed: hand each snapshot read for it to its ``fill``."""
+        later, self._later = self._later, []
+        for fill, snap in later:
+            try:
+                fill(snap)
+            except Exception:  # the rows are durable: one bad fill must not fail the others
+                log.exception("handing on a task snapshot after its commit failed")
+
+    def drop_later(self) -> None:
+        """The transaction did not commit: its snapshots are void."""
+        self._later = []
 
     def of_maps(self, run_id: str, maps: Sequence[str]) -> dict[str, StoredValue]:
         if not maps:

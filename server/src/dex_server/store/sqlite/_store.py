@@ -485,11 +485,18 @@ class SqliteStore:
             conn = _connect(self.path, fsync=self.fsync, cache_mib=self.cache_mib)
             self._reader = (conn, _repos(conn, self.server_id))
         conn, tx = self._reader
+        state = tx.state
+        assert isinstance(state, SqliteState)
         conn.execute("BEGIN")
         try:
-            return job(tx)
+            result = job(tx)
+        except BaseException:
+            state.drop_later()
+            raise
         finally:
             conn.execute("ROLLBACK")
+        state.run_later()
+        return result
 
     def _close_reader(self) -> None:
         if self._reader is not None:
@@ -605,12 +612,15 @@ class SqliteStore:
         that only the failing job's writes are undone: jobs may run twice, which the
         store's contract allows (PostgreSQL reruns them on conflicts too).
         """
+        state = tx.state
+        assert isinstance(state, SqliteState)
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 results = [job(tx) for job, _ in batch]
             except Exception as exc:
+                state.drop_later()
                 conn.execute("ROLLBACK")
                 if len(batch) == 1:  # a lone job would only fail again
                     outcomes = [(batch[0][1], None, exc)]
@@ -620,8 +630,10 @@ class SqliteStore:
             else:
                 conn.execute("COMMIT")
                 outcomes = [(fut, r, None) for (_, fut), r in zip(batch, results, strict=True)]
+            state.run_later()
         except Exception as exc:  # the commit itself failed: nothing of the batch is durable
             log.exception("store transaction failed")
+            state.drop_later()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(fut, None, exc) for _, fut in batch]
@@ -631,7 +643,11 @@ class SqliteStore:
     def _careful(
         conn: sqlite3.Connection, tx: Tx, batch: list[_Item]
     ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
-        """Run ``batch`` again in one transaction, each job in its own savepoint."""
+        """Run ``batch`` again in one transaction, each job in its own savepoint.
+
+        The snapshots a failing job read stay queued: a read like any other, it saw the
+        rows as they were then.
+        """
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         conn.execute("BEGIN IMMEDIATE")
         for job, fut in batch:
