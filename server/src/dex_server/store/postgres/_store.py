@@ -15,6 +15,8 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from dex_server.store._contract import StoreUnavailableError, Tx
+from dex_server.store._groups import Item as _Item
+from dex_server.store._groups import each_in_savepoint
 from dex_server.store._migrations import apply_migrations, statements, verify_schema
 from dex_server.store._search import POSTGRES, SearchRepo
 from dex_server.store.postgres._cluster_repos import (
@@ -43,7 +45,6 @@ T = TypeVar("T")
 log = logging.getLogger("dex_server.store")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-_Item = tuple[Callable[[Tx], Any], asyncio.Future[Any]]
 
 _MAX_BATCH = 512
 _MAX_CONFLICT_RETRIES = 8
@@ -509,7 +510,6 @@ class PostgresStore:
         self, conn: Conn, tx: Tx, batch: list[_Item]
     ) -> list[tuple[asyncio.Future[Any], Any, Any]]:
         """Run the group statement by statement, each job in its own savepoint."""
-        outcomes: list[tuple[asyncio.Future[Any], Any, Any]] = []
         conn.execute("BEGIN")
         if len(batch) == 1:
             # a lone job needs no savepoint: if it raises, the whole transaction rolls back
@@ -523,19 +523,7 @@ class PostgresStore:
                 return [(fut, None, exc)]
             conn.execute("COMMIT")
             return [(fut, result, None)]
-        for job, fut in batch:
-            conn.execute("SAVEPOINT job")
-            try:
-                result = job(tx)
-            except _RETRY_OR_LOST:
-                raise
-            except Exception as exc:
-                conn.execute("ROLLBACK TO SAVEPOINT job")
-                conn.execute("RELEASE SAVEPOINT job")
-                outcomes.append((fut, None, exc))
-            else:
-                conn.execute("RELEASE SAVEPOINT job")
-                outcomes.append((fut, result, None))
+        outcomes = each_in_savepoint(conn.execute, tx, batch, _RETRY_OR_LOST)
         conn.execute("COMMIT")
         return outcomes
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dex_server.store._contract import StoreNotWritableError, Tx
+from dex_server.store._groups import Item as _Item
+from dex_server.store._groups import Outcome, each_in_savepoint
 from dex_server.store._migrations import apply_migrations as run_migrations
 from dex_server.store._migrations import statements, verify_schema
 from dex_server.store._search import SQLITE, SearchRepo
@@ -74,9 +76,6 @@ class _Alone:
 
     def __call__(self, tx: Tx) -> Any:
         return self.job(tx)
-
-
-_Item = tuple[Callable[[Tx], Any], asyncio.Future[Any]]
 
 
 class DataFolderInUseError(RuntimeError):
@@ -614,7 +613,7 @@ class SqliteStore:
         """
         state = tx.state
         assert isinstance(state, SqliteState)
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -640,34 +639,21 @@ class SqliteStore:
         self._done(conn, outcomes, inline)
 
     @staticmethod
-    def _careful(
-        conn: sqlite3.Connection, tx: Tx, batch: list[_Item]
-    ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
+    def _careful(conn: sqlite3.Connection, tx: Tx, batch: list[_Item]) -> list[Outcome]:
         """Run ``batch`` again in one transaction, each job in its own savepoint.
 
         The snapshots a failing job read stay queued: a read like any other, it saw the
         rows as they were then.
         """
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         conn.execute("BEGIN IMMEDIATE")
-        for job, fut in batch:
-            conn.execute("SAVEPOINT job")
-            try:
-                result = job(tx)
-            except Exception as exc:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
-                outcomes.append((fut, None, exc))
-            else:
-                conn.execute("RELEASE job")
-                outcomes.append((fut, result, None))
+        outcomes = each_in_savepoint(conn.execute, tx, batch)
         conn.execute("COMMIT")
         return outcomes
 
     def _done(
         self,
         conn: sqlite3.Connection,
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
+        outcomes: list[Outcome],
         inline: bool,
     ) -> None:
         self.batches += 1
@@ -684,7 +670,7 @@ class SqliteStore:
             self._loop.call_soon_threadsafe(_resolve, outcomes)
 
 
-def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _resolve(outcomes: list[Outcome]) -> None:
     for fut, result, exc in outcomes:
         if fut.done():
             continue
