@@ -613,7 +613,7 @@ class SqliteStore:
         """
         state = tx.state
         assert isinstance(state, SqliteState)
-        outcomes: list[Outcome] = []
+        outcomes: list[Outcome]
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
